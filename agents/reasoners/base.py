@@ -1,0 +1,65 @@
+"""The reasoner interface (DESIGN §3): what every LM backend provides to the agent and the env."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can expose; signals needing a missing capability are masked."""
+
+    hidden_states: bool = False
+    logprobs: bool = False
+    attentions: bool = False
+    sampling: bool = True
+
+    def missing(self, requires: tuple[str, ...]) -> list[str]:
+        """The required capabilities this backend lacks."""
+        return [r for r in requires if not getattr(self, r)]
+
+
+@dataclass
+class Step:
+    """One generated reasoning step (one line) and the per-step data the signals need."""
+
+    index: int                                  # 1-based step number within the episode
+    text: str                                   # the whole line, e.g. "Step 2 : A 's mother is B ."
+    content: str                                # the line without its header
+    is_answer: bool                             # the line is the final "Answer : …"
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: np.ndarray | None = None          # content tokens + end token
+    entropies: np.ndarray | None = None
+    maxprobs: np.ndarray | None = None
+    hidden_mean: np.ndarray | None = None       # [n_layers + 1, d]
+    hidden_last: np.ndarray | None = None       # [n_layers + 1, d]
+    finished: bool = True                       # ended by an end-of-step token
+    seconds: float = 0.0                        # measured generation time attributed to this step
+    n_tokens: int = 0                           # generated tokens (incl. header)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Reasoner(Protocol):
+    """A step-wise reasoner. States are opaque, immutable snapshots (branch freely)."""
+
+    capabilities: Capabilities
+
+    def start(self, question: str, context: list[str] | None = None) -> Any:
+        """Initial state for ``question`` with optional front ``context`` passages."""
+        raise NotImplementedError
+
+    def next_step(self, states: list[Any]) -> list[tuple[Step, Any]]:
+        """Generate the next step of every state (batched); returns ``(step, state_after_step)``."""
+        raise NotImplementedError
+
+    def regenerate(self, states: list[Any], evidence: list[list[str]], mode: str) -> list[tuple[Step, Any]]:
+        """Regenerate the next step of each state with evidence injected (``front`` or ``step`` mode)."""
+        raise NotImplementedError
+
+    def sample_alternatives(self, state: Any, k: int, seed: int) -> list[str]:
+        """``k`` sampled alternative next steps (for consistency signals)."""
+        raise NotImplementedError

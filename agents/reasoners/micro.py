@@ -1,0 +1,148 @@
+"""The micro-world reasoner: the micro-world LM driven step by step with signals from the same pass.
+
+Example:
+    >>> from envs.microworld.artifact import load_artifact          # doctest: +SKIP
+    >>> r = MicroReasoner(load_artifact())                          # doctest: +SKIP
+    >>> s = r.start("Where was Mira 's father born ?")              # doctest: +SKIP
+    >>> (step, s), = r.next_step([s]); step.text                    # doctest: +SKIP
+    'Step 1 : Mira 's father is Tovan .'
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from agents.reasoners.base import Capabilities, Step
+from agents.reasoners.stepgen import GenState, generate_steps
+
+
+@dataclass(frozen=True)
+class MicroState:
+    """Question, front evidence, accepted step lines and the generation state after them."""
+
+    question: str
+    front: tuple[str, ...] = ()
+    steps: tuple[str, ...] = ()
+    gen: GenState | None = field(default=None, compare=False, repr=False)
+    done: bool = False
+
+
+class MicroReasoner:
+    """Step-wise greedy reasoner over a loaded :class:`~envs.microworld.artifact.MicroWorld`."""
+
+    capabilities = Capabilities(hidden_states=True, logprobs=True, attentions=False, sampling=True)
+
+    def __init__(self, world, max_step_tokens: int = 24, capture_hidden: bool = True, max_batch: int = 64):
+        self.world = world
+        self.model = world.model
+        self.tok = world.tokenizer
+        self.max_step_tokens = max_step_tokens
+        self.capture_hidden = capture_hidden
+        self.max_batch = max_batch
+        self.stop_ids = {self.tok.nl_id, self.tok.eos_id}
+        self.colon_id = self.tok.index[":"]
+        self.n_layers = self.model.config.num_hidden_layers
+        self.hidden_size = self.model.config.hidden_size
+
+    # ------------------------------------------------------------------ prompts
+    @staticmethod
+    def _lines(question: str, front: tuple[str, ...], steps: tuple[str, ...]) -> str:
+        lines = [f"Evidence : {e}" for e in front] + [f"Question : {question}"] + list(steps)
+        return " \n ".join(lines) + " \n"
+
+    def start(self, question: str, context: list[str] | None = None) -> MicroState:
+        front = tuple(context or ())
+        ids = self.tok.encode(self._lines(question, front, ()))
+        return MicroState(question, front, (), GenState(ids))
+
+    # ------------------------------------------------------------------ generation
+    def _run(self, gens: list[GenState], capture: bool | None = None, sample: bool = False,
+             generator: torch.Generator | None = None):
+        outs = []
+        for i in range(0, len(gens), self.max_batch):
+            chunk = gens[i: i + self.max_batch]
+            t0 = time.perf_counter()
+            res = generate_steps(self.model, chunk, stop_ids=self.stop_ids, header_end_id=self.colon_id,
+                                 pad_id=self.tok.pad_id, max_new_tokens=self.max_step_tokens,
+                                 capture_hidden=self.capture_hidden if capture is None else capture,
+                                 sample=sample, generator=generator)
+            dt = (time.perf_counter() - t0) / max(1, len(chunk))
+            outs += [(r, dt) for r in res]
+        return outs
+
+    def _to_step(self, state: MicroState, out, dt: float) -> tuple[Step, MicroState]:
+        words = [self.tok.vocab[i] for i in out.ids]
+        end = words[-1] if words else ""
+        body = words[:-1] if end in ("\n", "<eos>") else words
+        text = " ".join(body)
+        content = " ".join(body[out.header_len:]) if out.header_len else text
+        is_answer = bool(body) and body[0] == "Answer"
+        step = Step(index=len(state.steps) + 1, text=text, content=content, is_answer=is_answer,
+                    token_ids=list(out.ids), logprobs=out.logprobs, entropies=out.entropies,
+                    maxprobs=out.maxprobs, hidden_mean=out.hidden_mean, hidden_last=out.hidden_last,
+                    finished=out.finished, seconds=dt, n_tokens=len(out.ids))
+        gen = out.state
+        if not out.finished:  # a cut step: close the line so the next step starts cleanly
+            gen = gen.extend([self.tok.nl_id])
+        new = MicroState(state.question, state.front, state.steps + (text,), gen,
+                         done=is_answer or end == "<eos>")
+        return step, new
+
+    def next_step(self, states: list[MicroState]) -> list[tuple[Step, MicroState]]:
+        """Generate the next line of every state (batched, greedy)."""
+        outs = self._run([s.gen for s in states])
+        return [self._to_step(s, o, dt) for s, (o, dt) in zip(states, outs)]
+
+    def regenerate(self, states: list[MicroState], evidence: list[list[str]], mode: str = "step"
+                   ) -> list[tuple[Step, MicroState]]:
+        """Regenerate the next line with evidence.
+
+        ``step`` mode appends ``Evidence : …`` lines after the accepted steps (the prefix's KV cache is
+        reused); ``front`` mode adds them before the question (the context changes from the start, so the
+        whole prefix is re-encoded).
+        """
+        gens, bases = [], []
+        for s, ev in zip(states, evidence):
+            if mode == "step":
+                extra = self.tok.encode(" ".join(f"Evidence : {e} \n" for e in ev))
+                gens.append(s.gen.extend(extra))
+                bases.append(s)
+            elif mode == "front":
+                front = s.front + tuple(ev)
+                ids = self.tok.encode(self._lines(s.question, front, s.steps))
+                gens.append(GenState(ids))
+                bases.append(MicroState(s.question, front, s.steps, None))
+            else:
+                raise ValueError(f"unknown injection mode '{mode}' (valid: front, step)")
+        outs = self._run(gens)
+        return [self._to_step(b, o, dt) for b, (o, dt) in zip(bases, outs)]
+
+    def sample_alternatives(self, state: MicroState, k: int, seed: int = 0, temperature: float = 1.0) -> list[str]:
+        """``k`` sampled next lines (seeded)."""
+        g = torch.Generator().manual_seed(seed)
+        outs = generate_steps(self.model, [state.gen] * k, stop_ids=self.stop_ids, header_end_id=self.colon_id,
+                              pad_id=self.tok.pad_id, max_new_tokens=self.max_step_tokens, capture_hidden=False,
+                              sample=True, temperature=temperature, generator=g)
+        return [" ".join(self.tok.vocab[i] for i in o.ids if i not in self.stop_ids) for o in outs]
+
+    def run_chains(self, questions: list[str], max_steps: int = 8, front: list[list[str]] | None = None
+                   ) -> list[list[Step]]:
+        """Closed-book (or front-evidence) greedy chains for many questions, batched."""
+        states = [self.start(q, front[i] if front else None) for i, q in enumerate(questions)]
+        chains: list[list[Step]] = [[] for _ in questions]
+        active = list(range(len(questions)))
+        for _ in range(max_steps):
+            if not active:
+                break
+            res = self.next_step([states[i] for i in active])
+            nxt = []
+            for i, (step, st) in zip(active, res):
+                chains[i].append(step)
+                states[i] = st
+                if not st.done:
+                    nxt.append(i)
+            active = nxt
+        return chains

@@ -1,0 +1,188 @@
+"""Typed dataclass configs that load from YAML and double as CLI options.
+
+Every config in Kairos is a ``@dataclass`` subclass of :class:`ConfigBase`; every field carries its help
+text in ``field(metadata={"help": ...})``. Unknown keys are an error that names the key and lists the
+valid ones, so a typo in a YAML file never silently falls back to a default.
+
+Example:
+    >>> from dataclasses import dataclass, field
+    >>> @dataclass
+    ... class Demo(ConfigBase):
+    ...     lr: float = field(default=1e-3, metadata={"help": "learning rate"})
+    >>> Demo.from_dict({"lr": 0.1}).lr
+    0.1
+    >>> Demo.from_dict({"lrr": 0.1})
+    Traceback (most recent call last):
+    ...
+    envs.config.ConfigError: Demo: unknown config key 'lrr' (valid keys: lr)
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T", bound="ConfigBase")
+
+
+class ConfigError(ValueError):
+    """A config file or dict does not match its dataclass (unknown key, wrong type, bad value)."""
+
+
+def helpf(default: Any = dataclasses.MISSING, help: str = "", **kw: Any) -> Any:
+    """A dataclass ``field`` with help text; mutable defaults are wrapped in a factory automatically."""
+    if isinstance(default, (list, dict, set)):
+        value = default
+        return dataclasses.field(default_factory=lambda: type(value)(value), metadata={"help": help}, **kw)
+    return dataclasses.field(default=default, metadata={"help": help}, **kw)
+
+
+def _coerce(name: str, tp: Any, value: Any, where: str) -> Any:
+    """Coerce ``value`` to annotation ``tp`` (nested configs, Optional, list, tuple, scalars)."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _coerce(name, a, value, where)
+            except ConfigError as e:  # try the next member of the union
+                errors.append(str(e))
+        raise ConfigError(f"{where}: key '{name}' = {value!r} matches none of {tp} ({'; '.join(errors)})")
+    if isinstance(tp, type) and issubclass(tp, ConfigBase):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: key '{name}' must be a mapping for {tp.__name__}, got {value!r}")
+        return tp.from_dict(value, where=f"{where}.{name}")
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}: key '{name}' must be a list, got {value!r}")
+        inner = args[0] if args else Any
+        items = [_coerce(name, inner, v, where) for v in value]
+        return items if origin is list else tuple(items)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: key '{name}' must be a mapping, got {value!r}")
+        vt = args[1] if len(args) == 2 else Any
+        return {k: _coerce(f"{name}.{k}", vt, v, where) for k, v in value.items()}
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise ConfigError(f"{where}: key '{name}' must be a number, got {value!r}")
+        try:
+            return float(value)
+        except ValueError as e:
+            raise ConfigError(f"{where}: key '{name}' must be a number, got {value!r}") from e
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, (int, str)) or (
+            isinstance(value, str) and not value.lstrip("-").isdigit()
+        ):
+            raise ConfigError(f"{where}: key '{name}' must be an integer, got {value!r}")
+        return int(value)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+            return value.lower() in ("true", "1", "yes")
+        raise ConfigError(f"{where}: key '{name}' must be true/false, got {value!r}")
+    if tp is str:
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise ConfigError(f"{where}: key '{name}' must be a string, got {value!r}")
+        return str(value)
+    if typing.get_origin(tp) is typing.Literal:
+        if value not in args:
+            raise ConfigError(f"{where}: key '{name}' must be one of {list(args)}, got {value!r}")
+        return value
+    return value
+
+
+class ConfigBase:
+    """Mixin for ``@dataclass`` configs: strict ``from_dict``/``from_yaml``, ``to_dict``, CLI flags."""
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None, where: str | None = None) -> typing.Self:
+        """Build the config from a mapping; unknown keys raise :class:`ConfigError` naming the key."""
+        where = where or cls.__name__
+        data = dict(data or {})
+        hints = typing.get_type_hints(cls)
+        fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        unknown = [k for k in data if k not in fields]
+        if unknown:
+            raise ConfigError(
+                f"{where}: unknown config key '{unknown[0]}' (valid keys: {', '.join(sorted(fields))})"
+            )
+        kwargs = {k: _coerce(k, hints[k], v, where) for k, v in data.items()}
+        try:
+            obj = cls(**kwargs)
+        except TypeError as e:
+            raise ConfigError(f"{where}: {e}") from e
+        validate = getattr(obj, "validate", None)
+        if callable(validate):
+            validate()
+        return obj
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, section: str | None = None) -> typing.Self:
+        """Load from a YAML file (optionally one top-level ``section`` of it)."""
+        import yaml
+
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: invalid YAML: {e}") from e
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
+        if section is not None:
+            data = data.get(section, {}) or {}
+        return cls.from_dict(data, where=f"{path}" + (f":{section}" if section else ""))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain nested dict (JSON/YAML-serialisable)."""
+        return json.loads(json.dumps(dataclasses.asdict(self), default=str))  # type: ignore[call-overload]
+
+    def replace(self, **changes: Any) -> typing.Self:
+        """Copy with some fields changed (validated like ``from_dict``)."""
+        merged = {**self.to_dict(), **changes}
+        return type(self).from_dict(merged)
+
+    @classmethod
+    def add_cli_args(cls, parser: argparse.ArgumentParser, prefix: str = "") -> None:
+        """Add one ``--flag`` per scalar field (help text from the field metadata)."""
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            tp = hints[f.name]
+            if isinstance(tp, type) and issubclass(tp, ConfigBase):
+                continue
+            flag = "--" + (prefix + f.name).replace("_", "-")
+            kind = tp if tp in (int, float, str) else None
+            if tp is bool:
+                parser.add_argument(flag, dest=prefix + f.name, default=None,
+                                    type=lambda s: s.lower() in ("1", "true", "yes"),
+                                    help=f.metadata.get("help", "") + " (true/false)")
+            elif kind is not None:
+                parser.add_argument(flag, dest=prefix + f.name, default=None, type=kind,
+                                    help=f.metadata.get("help", ""))
+
+    @classmethod
+    def cli_overrides(cls, ns: argparse.Namespace, prefix: str = "") -> dict[str, Any]:
+        """The fields the user set on the command line (for merging over a YAML file)."""
+        out = {}
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            v = getattr(ns, prefix + f.name, None)
+            if v is not None:
+                out[f.name] = v
+        return out

@@ -1,0 +1,159 @@
+"""The micro-world artifact: KB, question splits, tokenizer, LM weights, config and metrics on disk.
+
+Layout of an artifact directory (format version :data:`FORMAT_VERSION`)::
+
+    manifest.json      format version, sha256 of every file, build info
+    build_config.json  the BuildConfig it was built from
+    kb.json            entities and facts (with splits and false versions)
+    questions.json     train / dev / test question ids
+    tokenizer.json     word-level vocabulary
+    model/             transformers config.json + model.safetensors
+    metrics.json       competence metrics measured after the build (optional)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envs.io import sha256_file, write_json
+from envs.microworld.config import BuildConfig
+from envs.microworld.kb import KnowledgeBase
+from envs.microworld.questions import Question
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+DEFAULT_ARTIFACT = Path(__file__).resolve().parent / "artifacts" / "default"
+
+
+class ArtifactError(ValueError):
+    """A micro-world artifact is missing, incomplete, corrupt or of another format version."""
+
+
+@dataclass
+class MicroWorld:
+    """A loaded (or freshly built) micro-world."""
+
+    kb: KnowledgeBase
+    questions: dict[str, list[Question]]
+    tokenizer: Any
+    model: Any
+    config: BuildConfig
+    train_info: dict[str, Any] = field(default_factory=dict)
+    path: Path | None = None
+    metrics: dict[str, Any] | None = None
+
+    def corpus(self, distractors: list[tuple[str, str]] | None = None):
+        """Every true fact sentence as a passage (id = fact id), plus optional ``(title, text)`` distractors."""
+        from envs.microworld.corpus import fact_corpus
+
+        return fact_corpus(self.kb, distractors)
+
+
+def default_artifact_path() -> Path:
+    """``$KAIROS_MICROWORLD`` if set, else the artifact shipped inside the package."""
+    env = os.environ.get("KAIROS_MICROWORLD")
+    return Path(env) if env else DEFAULT_ARTIFACT
+
+
+def save_artifact(world: MicroWorld, out_dir: str | Path, metrics: dict[str, Any] | None = None) -> Path:
+    """Write the artifact (every file atomically, the manifest last)."""
+    from safetensors.torch import save_file
+
+    out = Path(out_dir)
+    (out / "model").mkdir(parents=True, exist_ok=True)
+    write_json(out / "build_config.json", world.config.to_dict())
+    write_json(out / "kb.json", world.kb.to_dict())
+    write_json(out / "questions.json", {k: [q.id for q in v] for k, v in world.questions.items()})
+    world.tokenizer.save(out / "tokenizer.json")
+    cfg_dict = world.model.config.to_dict()
+    write_json(out / "model" / "config.json", cfg_dict)
+    state = {k: v.detach().contiguous() for k, v in world.model.state_dict().items() if k != "lm_head.weight"}
+    tmp = out / "model" / ".model.safetensors.tmp"
+    save_file(state, str(tmp), metadata={"format": "pt"})
+    os.replace(tmp, out / "model" / "model.safetensors")
+    if metrics is not None:
+        write_json(out / "metrics.json", metrics)
+    files = sorted(p for p in out.rglob("*") if p.is_file() and p.name not in ("manifest.json", "checkpoint.pt")
+                   and not p.name.startswith("."))
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "name": world.config.name,
+        "train": world.train_info,
+        "files": {str(p.relative_to(out)): sha256_file(p) for p in files},
+    }
+    write_json(out / "manifest.json", manifest)
+    world.path = out
+    return out
+
+
+def load_artifact(path: str | Path | None = None, verify: bool = True, threads: int | None = 1) -> MicroWorld:
+    """Load a micro-world artifact; a missing or corrupt one is an :class:`ArtifactError` saying what to do.
+
+    Args:
+        path: artifact directory (default: :func:`default_artifact_path`).
+        verify: check every file's sha256 against the manifest.
+        threads: ``torch.set_num_threads`` for inference (1 is fastest on small shared machines).
+    """
+    import torch
+    from safetensors.torch import load_file
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from agents.reasoners.tokenizer import WordTokenizer
+
+    path = Path(path) if path is not None else default_artifact_path()
+    man_path = path / "manifest.json"
+    if not man_path.is_file():
+        raise ArtifactError(f"no micro-world artifact at {path} (missing manifest.json); "
+                            f"build one with `kairos microworld build --out {path}`")
+    try:
+        manifest = json.loads(man_path.read_text())
+    except json.JSONDecodeError as e:
+        raise ArtifactError(f"{man_path}: corrupt manifest ({e})") from e
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise ArtifactError(f"{man_path}: format version {manifest.get('format_version')} "
+                            f"(this Kairos reads {FORMAT_VERSION}); rebuild with `kairos microworld build`")
+    for rel, digest in manifest.get("files", {}).items():
+        f = path / rel
+        if not f.is_file():
+            raise ArtifactError(f"{path}: file '{rel}' listed in the manifest is missing")
+        if verify and sha256_file(f) != digest:
+            raise ArtifactError(f"{f}: checksum mismatch (corrupt or edited); rebuild the artifact")
+    try:
+        cfg = BuildConfig.from_dict(json.loads((path / "build_config.json").read_text()))
+        kb = KnowledgeBase.from_dict(json.loads((path / "kb.json").read_text()))
+        qids = json.loads((path / "questions.json").read_text())
+        tok = WordTokenizer.load(path / "tokenizer.json")
+        mcfg = LlamaConfig.from_dict(json.loads((path / "model" / "config.json").read_text()))
+    except (KeyError, TypeError, json.JSONDecodeError) as e:
+        raise ArtifactError(f"{path}: corrupt artifact ({type(e).__name__}: {e})") from e
+    if mcfg.vocab_size != len(tok):
+        raise ArtifactError(f"{path}: tokenizer has {len(tok)} words but the model expects {mcfg.vocab_size}")
+    if threads:
+        torch.set_num_threads(threads)
+    mcfg._attn_implementation = "sdpa"
+    model = LlamaForCausalLM(mcfg)
+    state = load_file(str(path / "model" / "model.safetensors"))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [m for m in missing if m != "lm_head.weight"]
+    if missing or unexpected:
+        raise ArtifactError(f"{path}: weights do not match the model config (missing {missing[:3]}, "
+                            f"unexpected {unexpected[:3]})")
+    model.tie_weights()
+    model.eval()
+    questions = {k: [_parse_qid(q) for q in v] for k, v in qids.items()}
+    metrics = None
+    if (path / "metrics.json").is_file():
+        metrics = json.loads((path / "metrics.json").read_text())
+    return MicroWorld(kb=kb, questions=questions, tokenizer=tok, model=model, config=cfg,
+                      train_info=manifest.get("train", {}), path=path, metrics=metrics)
+
+
+def _parse_qid(qid: str) -> Question:
+    head, path = qid.split("/", 1)
+    return Question(head, tuple(path.split(".")))

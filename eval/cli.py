@@ -1,0 +1,66 @@
+"""The ``kairos`` command line: one entry point, subcommands registered by the packages that own them.
+
+Each entry of :data:`COMMANDS` is ``"module:function"``; the function receives the subparsers object and
+adds its own parser (setting ``func``). Modules are imported only when the CLI starts, and they keep heavy
+imports (torch, ray, transformers) inside the command functions, so ``kairos --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+#: subcommand name -> "module:register_function"
+COMMANDS: dict[str, str] = {
+    "data": "envs.data.cli:register",
+    "microworld": "envs.microworld.cli:register",
+    "quickstart": "eval.quickstart:register",
+}
+
+
+def _load(spec: str):
+    mod, fn = spec.split(":")
+    return getattr(importlib.import_module(mod), fn)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full ``kairos`` argument parser."""
+    parser = argparse.ArgumentParser(prog="kairos", description="Kairos: learning when to retrieve.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, spec in COMMANDS.items():
+        try:
+            register = _load(spec)
+        except ModuleNotFoundError as e:  # a command whose package is not built yet is shown as missing
+            sub.add_parser(name, help=f"(unavailable: {e})")
+            continue
+        register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 2
+    try:
+        rc = func(args)
+    except (ValueError, FileNotFoundError, KeyError) as e:  # user errors: one clear line, no traceback
+        logging.getLogger("kairos").debug("error", exc_info=True)
+        print(f"kairos {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    return int(rc or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,35 @@
+"""Shared fixtures: single-threaded torch, a tiny micro-world, the shared data directory."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("KAIROS_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_thread():
+    import torch
+
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def tiny_world(tmp_path_factory):
+    """A tiny micro-world trained for a few steps (exercises the build path; not competent)."""
+    from envs.microworld.build import train_world
+    from envs.microworld.config import BuildConfig
+
+    cfg = BuildConfig.from_dict({
+        "name": "tiny",
+        "world": {"n_people": 12, "n_cities": 3, "n_companies": 3, "max_hops": 3},
+        "model": {"n_layers": 2, "hidden": 32, "heads": 2, "intermediate": 64},
+        "train": {"tokens": 6000, "batch_tokens": 600, "warmup_steps": 2, "threads": 1, "log_every": 5,
+                  "checkpoint_every": 4},
+    })
+    out = tmp_path_factory.mktemp("tiny_world")
+    return train_world(cfg, out, progress=False)

@@ -1,0 +1,1 @@
+"""Kairos train package."""
