@@ -1,1 +1,17 @@
-"""Kairos envs package."""
+"""Kairos environments, tasks, data, costs and the micro-world.
+
+Importing this package registers the Gymnasium ids (the env modules themselves load lazily):
+
+* ``kairos/RetrievalTiming-v0`` — configure everything through ``config=``;
+* ``kairos/MicroWorld-v0`` — the micro-world preset (micro-world LM, BM25 over its facts).
+"""
+
+import gymnasium as _gym
+
+for _id, _kwargs in (
+    ("kairos/RetrievalTiming-v0", {}),
+    ("kairos/MicroWorld-v0", {"preset": "microworld"}),
+):
+    if _id not in _gym.registry:
+        _gym.register(id=_id, entry_point="envs.registration:make_env", kwargs=_kwargs,
+                      disable_env_checker=True)

@@ -12,6 +12,10 @@ from pathlib import Path
 from typing import IO, Any
 
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
 @contextlib.contextmanager
 def atomic_open(path: str | Path, mode: str = "w", **kw: Any) -> Iterator[IO[Any]]:
     """Open a temporary file next to ``path``; on success fsync and rename it over ``path``.
@@ -21,6 +25,7 @@ def atomic_open(path: str | Path, mode: str = "w", **kw: Any) -> Iterator[IO[Any
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; give the file the usual permissions
     try:
         with os.fdopen(fd, mode, **kw) as f:
             yield f

@@ -17,6 +17,10 @@ COMMANDS: dict[str, str] = {
     "data": "envs.data.cli:register",
     "microworld": "envs.microworld.cli:register",
     "quickstart": "eval.quickstart:register",
+    "probe": "policies.probes.cli:register",
+    "index": "agents.retrievers.cli:register_index",
+    "retriever": "agents.retrievers.cli:register_retriever",
+    "bench": "eval.bench_cli:register",
 }
 
 

@@ -120,6 +120,14 @@ class MicroReasoner:
         outs = self._run(gens)
         return [self._to_step(b, o, dt) for b, (o, dt) in zip(bases, outs)]
 
+    def snapshot(self, state: MicroState) -> dict:
+        """Picklable state description (see :func:`snapshot`)."""
+        return snapshot(state)
+
+    def restore(self, snap: dict) -> MicroState:
+        """Inverse of :meth:`snapshot` (the KV cache is recomputed by the next prefill)."""
+        return restore(snap)
+
     def sample_alternatives(self, state: MicroState, k: int, seed: int = 0, temperature: float = 1.0) -> list[str]:
         """``k`` sampled next lines (seeded)."""
         g = torch.Generator().manual_seed(seed)
@@ -146,3 +154,15 @@ class MicroReasoner:
                     nxt.append(i)
             active = nxt
         return chains
+
+
+def snapshot(state: MicroState) -> dict:
+    """A picklable description of a state (no KV cache) for the trajectory cache."""
+    return {"question": state.question, "front": state.front, "steps": state.steps,
+            "ids": list(state.gen.ids) if state.gen is not None else None, "done": state.done}
+
+
+def restore(snap: dict) -> MicroState:
+    """Rebuild a state from :func:`snapshot` (its KV cache is recomputed by the next prefill)."""
+    return MicroState(snap["question"], tuple(snap["front"]), tuple(snap["steps"]),
+                      GenState(list(snap["ids"])) if snap["ids"] is not None else None, snap["done"])

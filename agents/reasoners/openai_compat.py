@@ -1,0 +1,364 @@
+"""A black-box reasoner behind an OpenAI-compatible HTTP endpoint (vLLM, llama.cpp server, TGI, …).
+
+Only text and, when the server returns them, token logprobs come back: no hidden states, no attentions,
+so PUlSE / CoE / probes / RIND are masked for this backend and RSUS and the output-level signals run on the
+returned logprobs. One request per step (``stop: ["\\n"]``), the requests of a batch are sent concurrently.
+Standard library only (``urllib``).
+
+* ``api="completions"``: ``POST {base_url}/completions`` with the whole prompt as text (instruction,
+  evidence, question, then the steps so far). Use it when the server applies no chat template or the model
+  is a base model.
+* ``api="chat"``: ``POST {base_url}/chat/completions``; the steps so far are sent as a partial assistant
+  message with ``continue_final_message=true, add_generation_prompt=false`` (vLLM's extension; set
+  ``chat_continue=False`` for servers without it — the transcript then goes into the user message).
+
+Signals from the returned logprobs: ``logprobs`` of the content tokens (the stop newline is not returned,
+so there is no end-token entry), ``maxprobs`` = exp(max of the returned top logprobs), ``entropies`` =
+the entropy of the returned top-k distribution plus its remaining mass as one bucket (a lower bound of the
+true entropy; ``top_logprobs=0`` leaves entropies unset). ``capabilities.logprobs`` starts as configured
+and turns ``False`` (with a warning) the first time the server answers without logprobs; call
+:meth:`OpenAIReasoner.probe` to settle it before building signal masks.
+
+Example:
+    >>> r = OpenAIReasoner(OpenAIReasonerConfig(base_url="http://127.0.0.1:8000/v1", model="qwen"))  # doctest: +SKIP
+    >>> (step, s), = r.next_step([r.start("Who wrote Faust?")]); step.text                      # doctest: +SKIP
+    'Step 1: Faust was written by Goethe.'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import socket
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from agents.reasoners.base import Capabilities, Step
+from agents.segmentation import STEP_INSTRUCTION, clean_content, parse_header
+from envs.config import ConfigBase, ConfigError, helpf
+
+log = logging.getLogger(__name__)
+
+APIS = ("completions", "chat")
+
+
+class ReasonerHTTPError(RuntimeError):
+    """The endpoint failed: HTTP error status, timeout, unreachable server or a malformed answer."""
+
+
+@dataclass
+class OpenAIReasonerConfig(ConfigBase):
+    """An OpenAI-compatible endpoint and how steps are requested from it."""
+
+    base_url: str = helpf("http://127.0.0.1:8000/v1", "endpoint root, up to and including /v1")
+    model: str = helpf("", "model name the server expects in the 'model' field")
+    api: str = helpf("completions", "'completions' (/v1/completions) or 'chat' (/v1/chat/completions)")
+    api_key_env: str = helpf("OPENAI_API_KEY", "environment variable holding a bearer token (unset: none sent)")
+    timeout_s: float = helpf(60.0, "seconds before a request is abandoned (then retried or an error)")
+    retries: int = helpf(1, "retries after a timeout, a connection error or an HTTP 429/5xx")
+    retry_backoff_s: float = helpf(1.0, "seconds before the first retry (doubles each time)")
+    logprobs: bool = helpf(True, "ask for token logprobs")
+    top_logprobs: int = helpf(5, "alternatives per token (maxprob and a truncated entropy); 0: none")
+    temperature: float = helpf(0.0, "0 = greedy (what the benchmark protocol uses)")
+    max_step_tokens: int = helpf(64, "max_tokens of one step request (a longer step is cut, finished=False)")
+    max_steps: int = helpf(10, "an episode is done after this many steps")
+    concurrency: int = helpf(8, "requests in flight at once for a batch")
+    chat_continue: bool = helpf(True, "chat api: continue a partial assistant message (vLLM extension)")
+    system_prompt: str | None = helpf(None, "chat api: system message")
+    instruction: str = helpf(STEP_INSTRUCTION, "instruction placed before the question")
+    max_blank_retries: int = helpf(2, "a blank line is not a step: request again this many times")
+
+    def validate(self) -> None:
+        if self.api not in APIS:
+            raise ConfigError(f"OpenAIReasonerConfig: unknown api '{self.api}' (valid: {', '.join(APIS)})")
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"OpenAIReasonerConfig: base_url must start with http:// or https:// "
+                              f"(got '{self.base_url}')")
+        if self.timeout_s <= 0 or self.retries < 0 or self.concurrency < 1 or self.max_step_tokens < 1:
+            raise ConfigError("OpenAIReasonerConfig: need timeout_s > 0, retries >= 0, concurrency >= 1, "
+                              "max_step_tokens >= 1")
+
+
+@dataclass(frozen=True)
+class OpenAIState:
+    """Question, front evidence, the assistant-side transcript (lines with their newlines), step count."""
+
+    question: str
+    front: tuple[str, ...] = ()
+    transcript: tuple[str, ...] = ()
+    n_steps: int = 0
+    done: bool = False
+
+
+def _token_signals(tokens: list[str], lps: list[float], tops: list[dict[str, float] | None]):
+    """Per-token logprob, maxprob and truncated entropy from the returned logprobs."""
+    lp = np.asarray(lps, dtype=np.float32)
+    mp, ent = [], []
+    for chosen, top in zip(lps, tops):
+        vals = list(top.values()) if top else []
+        mp.append(math.exp(max(vals + [chosen])))
+        if vals:
+            ps = [math.exp(v) for v in vals]
+            rest = max(0.0, 1.0 - sum(ps))
+            ent.append(-sum(p * math.log(p) for p in ps if p > 0) - (rest * math.log(rest) if rest > 0 else 0.0))
+    entropies = np.asarray(ent, dtype=np.float32) if len(ent) == len(lps) else None
+    return lp, np.asarray(mp, dtype=np.float32), entropies
+
+
+class OpenAIReasoner:
+    """Step-wise reasoner over an OpenAI-compatible endpoint (see the module docstring)."""
+
+    def __init__(self, cfg: OpenAIReasonerConfig | None = None):
+        self.cfg = cfg or OpenAIReasonerConfig()
+        self.capabilities = Capabilities(hidden_states=False, logprobs=self.cfg.logprobs, attentions=False,
+                                         sampling=True)
+
+    # ------------------------------------------------------------------ HTTP
+    def _post(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
+        url = self.cfg.base_url.rstrip("/") + path
+        headers = {"Content-Type": "application/json"}
+        key = os.environ.get(self.cfg.api_key_env) if self.cfg.api_key_env else None
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        data = json.dumps(payload).encode()
+        delay = self.cfg.retry_backoff_s
+        for attempt in range(self.cfg.retries + 1):
+            last = attempt == self.cfg.retries
+            try:
+                req = urllib.request.Request(url, data=data, headers=headers, method="POST")
+                with urllib.request.urlopen(req, timeout=self.cfg.timeout_s) as resp:
+                    body = resp.read()
+            except urllib.error.HTTPError as e:
+                detail = e.read()[:500].decode(errors="replace") if e.fp else ""
+                if last or not (e.code == 429 or e.code >= 500):
+                    raise ReasonerHTTPError(f"{url}: HTTP {e.code} {e.reason}: {detail}".rstrip(": ")) from e
+                log.warning("%s: HTTP %s, retrying in %.1f s", url, e.code, delay)
+            except (TimeoutError, socket.timeout) as e:
+                if last:
+                    raise ReasonerHTTPError(
+                        f"{url}: no answer within timeout_s={self.cfg.timeout_s} s "
+                        f"({self.cfg.retries + 1} attempt(s))") from e
+                log.warning("%s: timed out, retrying in %.1f s", url, delay)
+            except urllib.error.URLError as e:
+                if isinstance(e.reason, (TimeoutError, socket.timeout)):
+                    if last:
+                        raise ReasonerHTTPError(f"{url}: no answer within timeout_s={self.cfg.timeout_s} s "
+                                                f"({self.cfg.retries + 1} attempt(s))") from e
+                elif last:
+                    raise ReasonerHTTPError(f"{url}: cannot reach the server ({e.reason})") from e
+                log.warning("%s: %s, retrying in %.1f s", url, e.reason, delay)
+            else:
+                try:
+                    out = json.loads(body)
+                except ValueError as e:
+                    raise ReasonerHTTPError(f"{url}: answer is not JSON: {body[:200]!r}") from e
+                if not isinstance(out, dict) or not isinstance(out.get("choices"), list) or not out["choices"]:
+                    raise ReasonerHTTPError(f"{url}: answer has no 'choices': {str(out)[:200]}")
+                return out
+            time.sleep(delay)
+            delay *= 2
+        raise AssertionError("unreachable")
+
+    # ------------------------------------------------------------------ prompts
+    def _user(self, s: OpenAIState) -> str:
+        evidence = "".join(f"Evidence: {e}\n" for e in s.front)
+        return f"{self.cfg.instruction}\n\n" + (evidence + "\n" if evidence else "") + f"Question: {s.question}"
+
+    def _request(self, s: OpenAIState, *, n: int = 1, temperature: float | None = None,
+                 logprobs: bool | None = None, seed: int | None = None) -> dict[str, Any]:
+        cfg = self.cfg
+        want_lp = cfg.logprobs if logprobs is None else logprobs
+        payload: dict[str, Any] = {"model": cfg.model, "max_tokens": cfg.max_step_tokens, "stop": ["\n"],
+                                   "temperature": cfg.temperature if temperature is None else temperature,
+                                   "n": n}
+        if seed is not None:
+            payload["seed"] = seed
+        transcript = "".join(s.transcript)
+        if cfg.api == "completions":
+            payload["prompt"] = self._user(s) + "\n" + transcript
+            if want_lp:
+                payload["logprobs"] = max(cfg.top_logprobs, 1)
+            return self._post("/completions", payload)
+        msgs = [{"role": "system", "content": cfg.system_prompt}] if cfg.system_prompt else []
+        if transcript and cfg.chat_continue:
+            msgs += [{"role": "user", "content": self._user(s)}, {"role": "assistant", "content": transcript}]
+            payload.update(continue_final_message=True, add_generation_prompt=False)
+        elif transcript:
+            msgs.append({"role": "user", "content": self._user(s) + "\n\nSteps so far:\n" + transcript
+                         + "\nWrite only the next line."})
+        else:
+            msgs.append({"role": "user", "content": self._user(s)})
+        payload["messages"] = msgs
+        if want_lp:
+            payload["logprobs"] = True
+            if cfg.top_logprobs > 0:
+                payload["top_logprobs"] = cfg.top_logprobs
+        return self._post("/chat/completions", payload)
+
+    @staticmethod
+    def _choice_text(choice: dict[str, Any]) -> str:
+        if "text" in choice:
+            return choice.get("text") or ""
+        return (choice.get("message") or {}).get("content") or ""
+
+    @staticmethod
+    def _choice_logprobs(choice: dict[str, Any]):
+        """``(tokens, logprobs, top dicts)`` or ``None`` when the server returned none."""
+        lp = choice.get("logprobs")
+        if not lp:
+            return None
+        if "content" in lp:  # chat format
+            items = lp.get("content") or []
+            toks = [it["token"] for it in items]
+            lps = [float(it["logprob"]) for it in items]
+            tops = [{t["token"]: float(t["logprob"]) for t in it.get("top_logprobs") or []} or None for it in items]
+            return toks, lps, tops
+        toks = list(lp.get("tokens") or [])
+        lps = [float(x) for x in lp.get("token_logprobs") or []]
+        tops = [dict(t) if t else None for t in (lp.get("top_logprobs") or [None] * len(toks))]
+        return toks, lps, tops
+
+    # ------------------------------------------------------------------ steps
+    def _one(self, s: OpenAIState) -> tuple[Step, OpenAIState]:
+        t0 = time.perf_counter()
+        blank = ""
+        for _ in range(self.cfg.max_blank_retries + 1):
+            out = self._request(dataclasses.replace(s, transcript=s.transcript + ((blank,) if blank else ())))
+            choice = out["choices"][0]
+            if self._choice_text(choice).split("\n", 1)[0].strip() or not self._stopped_at_newline(choice):
+                break
+            blank += "\n"  # a blank line is not a step: keep it in the transcript and ask again
+        return self._to_step(s, choice, out, time.perf_counter() - t0, blank)
+
+    @staticmethod
+    def _is_eos(choice: dict[str, Any]) -> bool:
+        """vLLM says which stop ended the text: ``stop_reason`` None with ``finish_reason`` stop is EOS."""
+        return choice.get("finish_reason") == "stop" and "stop_reason" in choice and choice["stop_reason"] is None
+
+    def _stopped_at_newline(self, choice: dict[str, Any]) -> bool:
+        return choice.get("finish_reason") == "stop" and not self._is_eos(choice)
+
+    def _to_step(self, s: OpenAIState, choice: dict[str, Any], out: dict[str, Any], dt: float,
+                 blank: str = "") -> tuple[Step, OpenAIState]:
+        raw = self._choice_text(choice)
+        line = raw.split("\n", 1)[0].rstrip()
+        h = parse_header(line)
+        content = clean_content(line[h.end:]) if h else line.strip()
+        is_answer = h is not None and h.kind == "answer"
+        finished = choice.get("finish_reason") != "length"
+        eos = self._is_eos(choice)
+        lp = mp = ent = None
+        header_tokens = 0
+        parsed = self._choice_logprobs(choice) if self.cfg.logprobs else None
+        if self.cfg.logprobs and parsed is None and self.capabilities.logprobs:
+            log.warning("%s returned no logprobs: output-level signals are masked for this backend",
+                        self.cfg.base_url)
+            self.capabilities = dataclasses.replace(self.capabilities, logprobs=False)
+        n_tokens = int((out.get("usage") or {}).get("completion_tokens") or 0)
+        if parsed is not None:
+            toks, lps, tops = parsed
+            # keep the tokens of the line (a server may return tokens past a stop it did not cut at)
+            keep, acc = 0, ""
+            for t in toks:
+                if "\n" in t or len(acc) >= len(line):
+                    break
+                acc += t
+                keep += 1
+            if h is not None:
+                acc = ""
+                for k, t in enumerate(toks[:keep]):
+                    acc += t
+                    if len(acc) >= h.end:
+                        header_tokens = k + 1
+                        break
+                else:
+                    header_tokens = keep
+            lp, mp, ent = _token_signals(toks[header_tokens:keep], lps[header_tokens:keep],
+                                         tops[header_tokens:keep])
+            n_tokens = n_tokens or len(toks)
+        step = Step(index=s.n_steps + 1, text=line, content=content, is_answer=is_answer, token_ids=[],
+                    logprobs=lp, entropies=ent, maxprobs=mp, finished=finished, seconds=dt, n_tokens=n_tokens,
+                    meta={"header_tokens": header_tokens, "finish_reason": choice.get("finish_reason")})
+        n = s.n_steps + 1
+        new = OpenAIState(s.question, s.front, s.transcript + (blank + line + "\n",), n,
+                          done=is_answer or eos or n >= self.cfg.max_steps)
+        return step, new
+
+    def _map(self, fn, items: list) -> list:
+        if len(items) <= 1 or self.cfg.concurrency <= 1:
+            return [fn(x) for x in items]
+        with ThreadPoolExecutor(max_workers=min(self.cfg.concurrency, len(items))) as ex:
+            return list(ex.map(fn, items))
+
+    # ------------------------------------------------------------------ Reasoner protocol
+    def probe(self) -> Capabilities:
+        """One tiny request to learn whether the server returns logprobs; updates ``capabilities``."""
+        s = OpenAIState("Say OK.")
+        out = self._request(s)
+        if self.cfg.logprobs and self._choice_logprobs(out["choices"][0]) is None:
+            self.capabilities = dataclasses.replace(self.capabilities, logprobs=False)
+        return self.capabilities
+
+    def start(self, question: str, context: list[str] | None = None) -> OpenAIState:
+        return OpenAIState(question, tuple(context or ()))
+
+    def next_step(self, states: list[OpenAIState]) -> list[tuple[Step, OpenAIState]]:
+        """The next line of every state (one request each, sent concurrently)."""
+        if any(s.done for s in states):
+            raise ValueError("next_step on a finished state (state.done is True)")
+        return self._map(self._one, states)
+
+    def regenerate(self, states: list[OpenAIState], evidence: list[list[str]], mode: str = "step"
+                   ) -> list[tuple[Step, OpenAIState]]:
+        """Regenerate the next line with ``Evidence:`` lines after the transcript (``step``) or in the
+        user message before the question (``front``)."""
+        if mode not in ("step", "front"):
+            raise ValueError(f"unknown injection mode '{mode}' (valid: front, step)")
+        bases = []
+        for s, ev in zip(states, evidence):
+            if mode == "step":
+                lines = "".join(f"Evidence: {e}\n" for e in ev)
+                bases.append(dataclasses.replace(s, transcript=s.transcript + (lines,)))
+            else:
+                bases.append(dataclasses.replace(s, front=s.front + tuple(ev)))
+        return self._map(self._one, bases)
+
+    def sample_alternatives(self, state: OpenAIState, k: int, seed: int = 0, temperature: float = 1.0
+                            ) -> list[str]:
+        """``k`` sampled next lines (``n=k`` with a seed; one request per sample if the server ignores n)."""
+        out = self._request(state, n=k, temperature=temperature, logprobs=False, seed=seed)
+        texts = [self._choice_text(c).split("\n", 1)[0].rstrip() for c in out["choices"]][:k]
+        i = 0
+        while len(texts) < k:
+            o = self._request(state, n=1, temperature=temperature, logprobs=False, seed=seed + 1 + i)
+            texts.append(self._choice_text(o["choices"][0]).split("\n", 1)[0].rstrip())
+            i += 1
+        return texts
+
+    def run_chains(self, questions: list[str], max_steps: int | None = None,
+                   front: list[list[str]] | None = None) -> list[list[Step]]:
+        """Chains for many questions (requests of a round sent concurrently)."""
+        states = [self.start(q, front[i] if front else None) for i, q in enumerate(questions)]
+        chains: list[list[Step]] = [[] for _ in questions]
+        active = list(range(len(questions)))
+        for _ in range(max_steps or self.cfg.max_steps):
+            if not active:
+                break
+            res = self.next_step([states[i] for i in active])
+            nxt = []
+            for i, (step, st) in zip(active, res):
+                chains[i].append(step)
+                states[i] = st
+                if not st.done:
+                    nxt.append(i)
+            active = nxt
+        return chains

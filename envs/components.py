@@ -1,0 +1,133 @@
+"""Build the parts an env needs from its config: questions, reasoner, retriever, query modes, signals.
+
+Kept apart from the env so the env reads top to bottom as the decision loop, and so tests (and the
+benchmark) can hand an env prebuilt parts. Heavy imports happen here, lazily.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from envs.env_config import EnvConfig
+from envs.trajectory_cache import namespace_of
+
+log = logging.getLogger(__name__)
+
+#: observation group -> signal names whose vectors are concatenated into it
+GROUP_SIGNALS = {"pulse": ["pulse"], "output": ["output"], "rsus": ["rsus"], "coe": ["coe_r", "coe_c"]}
+#: scalar signals exposed in info["signals"] (for threshold triggers): name -> (signal, index)
+SCALARS = {"ppl": ("output", 0), "maxprob": ("output", 1), "entropy": ("output", 2), "minprob": ("output", 3),
+           "rsus": ("rsus", 0), "u_verb": ("rsus", 1), "u_ent": ("rsus", 2), "u_cons": ("rsus", 3),
+           "coe_r": ("coe_r", 0), "coe_c": ("coe_c", 0)}
+
+
+@dataclass
+class Components:
+    """Everything the env calls. ``task`` provides questions, labels and answer quality."""
+
+    config: EnvConfig
+    task: Any
+    reasoner: Any
+    retriever: Any
+    querygen: Any
+    extractor: Any
+    namespace: str
+    feature_dims: dict[str, int] = field(default_factory=dict)
+    probes: dict[str, Any] = field(default_factory=dict)   # name -> callable(features dict) -> prob
+
+    @property
+    def rsus_components(self) -> list[str]:
+        return list(self.config.rsus_components)
+
+    def scalar_names(self) -> list[str]:
+        """Every scalar signal this env can report (a step reports the real ones, masks the rest)."""
+        names = [k for k, (s, _) in SCALARS.items() if s in self.extractor.names]
+        names = [n for n in names if not (n.startswith("u_") and n[2:] not in self.rsus_components)]
+        return names + list(self.probes)
+
+    # -- question helpers used by the env
+    @property
+    def questions(self) -> list:
+        return self.task.questions
+
+    def question_id(self, q) -> str:
+        return self.task.question_id(q)
+
+    def question_text(self, q) -> str:
+        return self.task.question_text(q)
+
+    def quality(self, q, record) -> float:
+        return 0.0 if record is None else float(self.task.quality(q, record.content))
+
+    # -- signals
+    def features(self, step, state) -> tuple[dict[str, np.ndarray], dict[str, float], dict[str, float]]:
+        """Observation groups, scalar signals and the group mask of one step."""
+        sig = self.extractor(step, state)
+        names = self.extractor.names
+        m = dict(zip(names, sig["mask"].tolist()))
+        feats, mask = {}, {}
+        for g in self.feature_dims:
+            parts = GROUP_SIGNALS[g]
+            feats[g] = np.concatenate([sig[n] for n in parts]).astype(np.float32)
+            mask[g] = float(min(m[n] for n in parts))
+        scalars = {k: float(sig[s][i]) for k, (s, i) in SCALARS.items() if s in sig and m.get(s, 0) > 0}
+        # RSUS components that could not be computed are masked individually (their slot is 0)
+        if "rsus" in sig and m.get("rsus", 0) > 0:
+            for comp in ("u_verb", "u_ent", "u_cons"):
+                if comp[2:] not in self.rsus_components:
+                    scalars.pop(comp, None)
+        for name, probe in self.probes.items():
+            scalars[name] = float(probe(sig))
+        return feats, scalars, mask
+
+
+def build_components(config: EnvConfig) -> Components:
+    """Components of an env config (micro-world or HotpotQA task)."""
+    if config.task == "microworld":
+        return _microworld(config)
+    raise ValueError(f"EnvConfig.task '{config.task}' is not available yet (available: microworld)")
+
+
+def _microworld(config: EnvConfig) -> Components:
+    from agents.query import QueryGenerator
+    from agents.reasoners.micro import MicroReasoner
+    from agents.retrievers.bm25 import BM25Retriever
+    from agents.signals.extractor import SignalExtractor
+    from envs.microworld.artifact import load_artifact
+    from envs.microworld.task import MicroWorldTask
+
+    if config.reasoner != "micro":
+        raise ValueError(f"the micro-world task runs the micro-world LM (reasoner 'micro'), got '{config.reasoner}'")
+    world = load_artifact(config.artifact)
+    task = MicroWorldTask(world, config.split)
+    reasoner = MicroReasoner(world, max_step_tokens=config.max_step_tokens)
+    corpus = world.corpus()
+    if config.retriever != "bm25":
+        raise ValueError(f"micro-world env: retriever '{config.retriever}' not wired yet (available: bm25)")
+    retriever = BM25Retriever.build(corpus)
+    querygen = QueryGenerator(list(config.query_modes))
+    n_layers = world.model.config.num_hidden_layers
+    layers = tuple(config.pulse_layers) if config.pulse_layers else (0, n_layers)
+    names = [n for g in config.signals for n in GROUP_SIGNALS[g]]
+    from agents.signals.rsus import RSUSConfig
+
+    rsus_cfg = RSUSConfig(w_verb=0.40 if "verb" in config.rsus_components else 0.0,
+                          w_ent=0.35 if "ent" in config.rsus_components else 0.0,
+                          w_cons=0.25 if "cons" in config.rsus_components else 0.0, seed=config.seed)
+    options = {}
+    if "pulse" in names:
+        options["pulse"] = {"layers": layers}
+    if "rsus" in names:
+        options["rsus"] = {"config": rsus_cfg, "corpus": [p.text for p in corpus], "reasoner": reasoner}
+    extractor = SignalExtractor(names, reasoner.capabilities, backend="micro", options=options,
+                                context={"n_layers": n_layers, "hidden_size": world.model.config.hidden_size})
+    dims = extractor.dims
+    feature_dims = {g: sum(dims[n] for n in GROUP_SIGNALS[g]) for g in config.signals}
+    ns = namespace_of("micro", world.train_info, str(world.path), config.to_dict() | {"costs": None,
+                                                                                      "cost_params": None,
+                                                                                      "cache_path": None})
+    return Components(config, task, reasoner, retriever, querygen, extractor, ns, feature_dims)

@@ -1,0 +1,181 @@
+"""Reward costs: plain callables in a name registry, one weight (λ) per cost (TRL's reward-function style).
+
+The environment builds one :class:`CostEvent` per decision and pays ``Σ_c λ_c · cost_c(event)``; every raw
+cost appears in ``info["costs"]``. Weights change at run time (``env.unwrapped.set_cost_weights``), which is
+how curricula anneal λ.
+
+Plug in your own cost by dotted path — no registration needed::
+
+    # mypkg/costs.py
+    class GpuSeconds:
+        name = "gpu_seconds"
+        def __init__(self, price_per_s: float = 1.0):
+            self.price_per_s = price_per_s
+        def __call__(self, event):
+            return self.price_per_s * event.seconds_modelled
+
+    # config: costs: {"retrieval_calls": 0.1, "mypkg.costs:GpuSeconds": 0.05}
+
+Example:
+    >>> model = CostModel({"retrieval_calls": 0.2, "tokens": 0.001})
+    >>> total, raw = model(CostEvent(retrieved=True, tokens_generated=10, tokens_injected=12))
+    >>> raw["retrieval_calls"], raw["tokens"], round(total, 3)
+    (1.0, 22.0, 0.222)
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class CostEvent:
+    """What one decision cost: everything a cost function may look at."""
+
+    retrieved: bool = False
+    n_passages: int = 0
+    tokens_generated: int = 0
+    tokens_injected: int = 0
+    seconds_measured: float = 0.0
+    seconds_modelled: float = 0.0
+    step_index: int = 0
+
+
+@runtime_checkable
+class RewardCost(Protocol):
+    """A cost: ``name`` and ``__call__(event) -> float >= 0``."""
+
+    name: str
+
+    def __call__(self, event: CostEvent) -> float:
+        raise NotImplementedError
+
+
+_REGISTRY: dict[str, Callable[..., RewardCost]] = {}
+
+
+def register_cost(name: str) -> Callable[[type], type]:
+    """Class decorator: make a cost available by ``name`` in configs."""
+    def deco(cls: type) -> type:
+        if name in _REGISTRY:
+            raise ValueError(f"cost '{name}' is already registered")
+        _REGISTRY[name] = cls
+        cls.name = name
+        return cls
+    return deco
+
+
+def available_costs() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+@register_cost("retrieval_calls")
+class RetrievalCalls:
+    """1 per retrieval call."""
+
+    def __call__(self, event: CostEvent) -> float:
+        return 1.0 if event.retrieved else 0.0
+
+
+@register_cost("latency")
+class Latency:
+    """Seconds of the decision: ``measured`` wall time, or a deterministic ``modelled`` latency
+    (``per_call_s`` per retrieval + ``per_token_s`` per generated or injected token) for reproducible training."""
+
+    def __init__(self, mode: str = "modelled", per_call_s: float = 0.05, per_token_s: float = 0.002):
+        if mode not in ("modelled", "measured"):
+            raise ValueError(f"latency cost: mode must be 'modelled' or 'measured', got '{mode}'")
+        self.mode, self.per_call_s, self.per_token_s = mode, per_call_s, per_token_s
+
+    def __call__(self, event: CostEvent) -> float:
+        if self.mode == "measured":
+            return max(0.0, event.seconds_measured)
+        return modelled_seconds(event, self.per_call_s, self.per_token_s)
+
+
+def modelled_seconds(event: CostEvent, per_call_s: float = 0.05, per_token_s: float = 0.002) -> float:
+    """The deterministic latency model used by :class:`Latency` (and for ``CostEvent.seconds_modelled``)."""
+    calls = 1.0 if event.retrieved else 0.0
+    return per_call_s * calls + per_token_s * (event.tokens_generated + event.tokens_injected)
+
+
+@register_cost("tokens")
+class Tokens:
+    """Generated + injected tokens."""
+
+    def __call__(self, event: CostEvent) -> float:
+        return float(event.tokens_generated + event.tokens_injected)
+
+
+@register_cost("dollars")
+class Dollars:
+    """Price of the tokens: injected tokens at the input price, generated at the output price (per million)."""
+
+    def __init__(self, input_per_million: float = 0.15, output_per_million: float = 0.60):
+        self.input_per_million, self.output_per_million = input_per_million, output_per_million
+
+    def __call__(self, event: CostEvent) -> float:
+        return (event.tokens_injected * self.input_per_million
+                + event.tokens_generated * self.output_per_million) / 1e6
+
+
+def make_cost(spec: str, **kwargs: Any) -> RewardCost:
+    """A cost from a registered name or a dotted path ``package.module:Class``."""
+    if spec in _REGISTRY:
+        return _REGISTRY[spec](**kwargs)
+    if ":" in spec:
+        mod_name, _, attr = spec.partition(":")
+        try:
+            obj = getattr(importlib.import_module(mod_name), attr)
+        except (ImportError, AttributeError) as e:
+            raise ValueError(f"cost '{spec}': cannot import {attr} from {mod_name} ({e})") from e
+        cost = obj(**kwargs) if isinstance(obj, type) else obj
+        if not callable(cost):
+            raise ValueError(f"cost '{spec}' is not callable")
+        if not getattr(cost, "name", None):
+            try:
+                cost.name = spec
+            except AttributeError:  # a plain function object without settable attributes
+                pass
+        return cost
+    raise ValueError(f"unknown cost '{spec}' (registered: {', '.join(available_costs())}; "
+                     "or give a dotted path 'package.module:Class')")
+
+
+class CostModel:
+    """The costs of an env and their weights.
+
+    Args:
+        weights: cost spec (name or dotted path) -> λ.
+        params: optional cost spec -> constructor kwargs.
+    """
+
+    def __init__(self, weights: dict[str, float], params: dict[str, dict[str, Any]] | None = None):
+        params = params or {}
+        unknown = [k for k in params if k not in weights]
+        if unknown:
+            raise ValueError(f"cost params given for '{unknown[0]}', which has no weight (costs: {list(weights)})")
+        self.costs = {spec: make_cost(spec, **params.get(spec, {})) for spec in weights}
+        self.weights: dict[str, float] = {}
+        self.set_weights(weights)
+
+    def set_weights(self, weights: dict[str, float]) -> None:
+        """Change λ of known costs (an unknown name is an error, not a silent no-op)."""
+        for k, v in weights.items():
+            if k not in self.costs:
+                raise ValueError(f"unknown cost '{k}' in set_cost_weights (costs of this env: {list(self.costs)})")
+            if v < 0:
+                raise ValueError(f"cost weight of '{k}' must be >= 0, got {v}")
+            self.weights[k] = float(v)
+
+    def __call__(self, event: CostEvent) -> tuple[float, dict[str, float]]:
+        raw = {}
+        for k, c in self.costs.items():
+            v = float(c(event))
+            if v < 0:
+                raise ValueError(f"cost '{k}' returned a negative value {v}")
+            raw[k] = v
+        return sum(self.weights[k] * raw[k] for k in raw), raw

@@ -1,0 +1,51 @@
+"""Configuration of the retrieval-timing environment (``kairos/RetrievalTiming-v0`` and its presets)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from envs.config import ConfigBase, ConfigError, helpf
+
+
+@dataclass
+class EnvConfig(ConfigBase):
+    """Everything that determines an episode's outcome (it is part of the trajectory-cache key)."""
+
+    task: str = helpf("microworld", "question source: microworld | hotpotqa")
+    split: str = helpf("train", "question split (micro-world: train | dev | test; hotpotqa: dev or a range 'dev[0:100]')")
+    reasoner: str = helpf("micro", "reasoner backend name (micro | hf | openai)")
+    artifact: str | None = helpf(None, "micro-world artifact directory (default: the shipped one)")
+    data_path: str | None = helpf(None, "dataset file for real-data tasks (default: the shared data)")
+    retriever: str = helpf("bm25", "retriever: bm25 | colbert")
+    index_path: str | None = helpf(None, "prebuilt index directory (default: build BM25 in memory)")
+    top_k: int = helpf(3, "passages retrieved per query; the first one not used before is injected")
+    injection: str = helpf("step", "where evidence goes: step (right before the regenerated step) | front")
+    query_modes: list[str] = helpf(["step", "content_words", "question_step", "info_need"],
+                                   "query formulations QueryGen chooses from (the first is the default)")
+    querygen: bool = helpf(False, "action = (retrieve?, query mode) instead of retrieve?")
+    max_steps: int = helpf(8, "truncate the episode after this many accepted steps")
+    max_retrievals_per_step: int = helpf(1, "retrievals allowed on one step (then the step is accepted)")
+    max_retrievals_per_question: int = helpf(4, "retrievals allowed in one episode")
+    costs: dict[str, float] = helpf({"retrieval_calls": 0.1}, "cost name or dotted path -> weight λ")
+    cost_params: dict[str, dict] = helpf({}, "cost name -> constructor kwargs")
+    signals: list[str] = helpf(["pulse", "output", "rsus"], "observation groups: pulse, output, rsus, coe")
+    pulse_layers: list[int] | None = helpf(None, "PUlSE layer interval [a, b] (default: the whole stack)")
+    rsus_components: list[str] = helpf(["ent", "cons"], "RSUS parts to compute (verb needs a proxy or a chatty LM)")
+    cache_path: str | None = helpf(None, "trajectory cache SQLite file (None: in memory)")
+    max_step_tokens: int = helpf(24, "cut a runaway step after this many tokens")
+    seed: int = helpf(0, "seed of the env's own randomness (sampling for consistency signals)")
+
+    def validate(self) -> None:
+        if self.injection not in ("step", "front"):
+            raise ConfigError(f"EnvConfig: injection must be 'step' or 'front', got '{self.injection}'")
+        if self.top_k < 1 or self.max_steps < 1:
+            raise ConfigError("EnvConfig: top_k and max_steps must be >= 1")
+        if self.max_retrievals_per_step < 1:
+            raise ConfigError("EnvConfig: max_retrievals_per_step must be >= 1")
+        if not self.query_modes:
+            raise ConfigError("EnvConfig: query_modes must name at least one query formulation")
+        bad = [s for s in self.signals if s not in ("pulse", "output", "rsus", "coe")]
+        if bad:
+            raise ConfigError(f"EnvConfig: unknown observation group '{bad[0]}' (valid: pulse, output, rsus, coe)")
+        if self.pulse_layers is not None and (len(self.pulse_layers) != 2 or self.pulse_layers[0] >= self.pulse_layers[1]):
+            raise ConfigError(f"EnvConfig: pulse_layers must be [a, b] with a < b, got {self.pulse_layers}")

@@ -1,0 +1,40 @@
+"""The micro-world as an env task: questions of a split, ground-truth step labels, answer quality."""
+
+from __future__ import annotations
+
+from envs.microworld.labels import gold_answer, label_step
+from envs.microworld.questions import Question
+
+
+class MicroWorldTask:
+    """Questions of one split of a loaded micro-world."""
+
+    def __init__(self, world, split: str = "train"):
+        if split not in world.questions:
+            raise ValueError(f"unknown micro-world split '{split}' (valid: {', '.join(world.questions)})")
+        self.world, self.kb = world, world.kb
+        self.questions: list[Question] = list(world.questions[split])
+
+    def question_id(self, q: Question) -> str:
+        return q.id
+
+    def question_text(self, q: Question) -> str:
+        return q.text
+
+    def quality(self, q: Question, answer_content: str) -> float:
+        """Exact match of the answer entity."""
+        return float(answer_content.strip() == gold_answer(self.kb, q))
+
+    def label(self, q: Question, step_number: int, chain_object: str | None, content: str, is_answer: bool
+              ) -> tuple[str, str | None, str | None]:
+        """``(label, error_kind, new chain object)`` of a step given where the model's chain stands."""
+        if is_answer:
+            ok = self.quality(q, content) > 0
+            return ("answer_correct" if ok else "answer_wrong"), (None if ok else "answer"), chain_object
+        cur = chain_object or q.head
+        rel = q.path[step_number - 1] if step_number - 1 < len(q.path) else None
+        lab = label_step(self.kb, content, (cur, rel) if rel else None)
+        label = lab.label
+        if rel is None and label == "correct":
+            label = "off_chain"
+        return label, lab.error_kind if label != "correct" else None, lab.object or cur

@@ -1,0 +1,130 @@
+"""The trajectory cache (DESIGN §5): outcomes of (namespace, question, action prefix), on disk, crash-safe.
+
+Greedy decoding makes the step that follows a given action prefix a pure function of
+``(reasoner, env config, question, prefix)``. The env stores every generated step record under that key,
+so repeated episodes, RL training, counterfactual evaluation and the oracle reuse them instead of
+generating again.
+
+Storage is SQLite in WAL mode: every ``put`` is its own committed transaction, so a killed process leaves
+a usable cache (at worst without its last record), and several processes (parallel env copies, Ray env
+runners on one machine) can share one file. A small in-memory LRU sits in front.
+
+Example:
+    >>> import tempfile, os
+    >>> c = TrajectoryCache(os.path.join(tempfile.mkdtemp(), "t.sqlite"), namespace="demo")
+    >>> c.put("q1", (0, 1), {"text": "Step 1 : ..."})
+    >>> c.get("q1", (0, 1))["text"], c.get("q1", (1,)) is None
+    ('Step 1 : ...', True)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+import sqlite3
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+
+def namespace_of(*parts: Any) -> str:
+    """A short stable hash of whatever determines the outcomes (reasoner fingerprint, env config…)."""
+    blob = json.dumps(parts, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+class TrajectoryCache:
+    """Key-value store of step records keyed by ``(namespace, question id, action prefix)``.
+
+    Args:
+        path: SQLite file (created with its folder); ``None`` keeps the cache in memory only.
+        namespace: what the outcomes depend on (see :func:`namespace_of`); different namespaces never mix.
+        lru_size: records kept in memory.
+    """
+
+    def __init__(self, path: str | Path | None, namespace: str, lru_size: int = 100_000):
+        self.path = Path(path) if path is not None else None
+        self.namespace = namespace
+        self.lru: OrderedDict[str, Any] = OrderedDict()
+        self.lru_size = lru_size
+        self.hits = self.misses = 0
+        self._lock = threading.Lock()
+        self._db: sqlite3.Connection | None = None
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._connect()
+
+    def _connect(self) -> None:
+        try:
+            db = sqlite3.connect(str(self.path), timeout=30, check_same_thread=False, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("CREATE TABLE IF NOT EXISTS steps (key TEXT PRIMARY KEY, value BLOB NOT NULL)")
+        except sqlite3.DatabaseError as e:
+            raise ValueError(f"trajectory cache {self.path} is not a usable SQLite file ({e}); delete it to start "
+                             "a fresh cache") from e
+        self._db = db
+
+    def __getstate__(self) -> dict[str, Any]:  # picklable for Ray: reconnect on the other side
+        d = self.__dict__.copy()
+        d["_db"], d["_lock"], d["lru"] = None, None, OrderedDict()
+        return d
+
+    def __setstate__(self, d: dict[str, Any]) -> None:
+        self.__dict__.update(d)
+        self._lock = threading.Lock()
+        if self.path is not None:
+            self._connect()
+
+    def _key(self, qid: str, prefix: tuple) -> str:
+        return f"{self.namespace}|{qid}|{','.join(map(str, prefix))}"
+
+    def get(self, qid: str, prefix: tuple) -> Any | None:
+        """The record stored for ``(qid, prefix)``, or ``None``."""
+        k = self._key(qid, prefix)
+        with self._lock:
+            if k in self.lru:
+                self.lru.move_to_end(k)
+                self.hits += 1
+                return self.lru[k]
+            row = None
+            if self._db is not None:
+                row = self._db.execute("SELECT value FROM steps WHERE key = ?", (k,)).fetchone()
+            if row is None:
+                self.misses += 1
+                return None
+            self.hits += 1
+            value = pickle.loads(row[0])
+            self._remember(k, value)
+            return value
+
+    def put(self, qid: str, prefix: tuple, value: Any) -> None:
+        """Store a record (committed immediately)."""
+        k = self._key(qid, prefix)
+        with self._lock:
+            self._remember(k, value)
+            if self._db is not None:
+                self._db.execute("INSERT OR REPLACE INTO steps (key, value) VALUES (?, ?)",
+                                 (k, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)))
+
+    def _remember(self, k: str, value: Any) -> None:
+        self.lru[k] = value
+        if len(self.lru) > self.lru_size:
+            self.lru.popitem(last=False)
+
+    def __len__(self) -> int:
+        if self._db is None:
+            return len(self.lru)
+        return self._db.execute("SELECT COUNT(*) FROM steps WHERE key LIKE ?", (f"{self.namespace}|%",)).fetchone()[0]
+
+    @property
+    def hit_rate(self) -> float:
+        n = self.hits + self.misses
+        return self.hits / n if n else 0.0
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None

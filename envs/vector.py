@@ -1,0 +1,120 @@
+"""``BatchedRetrievalEnv``: N env copies that advance with ONE batched generation call per round.
+
+Each copy runs the env's generator logic (:meth:`RetrievalTimingEnv.step_gen`); whenever copies need the
+reasoner they yield requests, which :func:`envs.retrieval_env.execute_requests` serves in one batched
+call (greedy generation is batch-invariant, so results equal the single-env ones). The copies share one
+set of components — one model in memory — and one trajectory cache.
+
+It is a standard Gymnasium ``VectorEnv`` (next-step autoreset), so anything that consumes vector envs can
+use it: ``envs.vector.make_batched(n, config)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
+
+from envs.retrieval_env import RetrievalTimingEnv, execute_requests
+
+
+class BatchedRetrievalEnv(VectorEnv):
+    """Vector env over ``num_envs`` copies of :class:`RetrievalTimingEnv` with batched generation."""
+
+    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
+
+    def __init__(self, num_envs: int, config=None, components=None):
+        first = RetrievalTimingEnv(config, components=components)
+        self.envs = [first] + [RetrievalTimingEnv(first.config, components=first.c) for _ in range(num_envs - 1)]
+        for e in self.envs[1:]:
+            e.cache = first.cache  # one cache object: hits of one copy serve the others
+        self.num_envs = num_envs
+        self.single_observation_space = first.observation_space
+        self.single_action_space = first.action_space
+        self.observation_space = batch_space(first.observation_space, num_envs)
+        self.action_space = batch_space(first.action_space, num_envs)
+        self._needs_reset = np.zeros(num_envs, dtype=bool)
+        self._obs_buf = create_empty_array(first.observation_space, n=num_envs, fn=np.zeros)
+
+    @property
+    def reasoner(self):
+        return self.envs[0].c.reasoner
+
+    def _run(self, gens: list) -> list[Any]:
+        """Advance every generator to completion, batching their generation requests round by round."""
+        results: list[Any] = [None] * len(gens)
+        pending: dict[int, tuple] = {}
+        for i, g in enumerate(gens):
+            try:
+                pending[i] = next(g)
+            except StopIteration as stop:
+                results[i] = stop.value
+        while pending:
+            idx = list(pending)
+            outs = execute_requests(self.reasoner, [pending[i] for i in idx])
+            for i, out in zip(idx, outs):
+                try:
+                    pending[i] = gens[i].send(out)
+                except StopIteration as stop:
+                    results[i] = stop.value
+                    del pending[i]
+        return results
+
+    def reset(self, *, seed: int | list[int] | None = None, options: dict | None = None):
+        seeds = seed if isinstance(seed, list) else [None if seed is None else seed + i for i in range(self.num_envs)]
+        outs = self._run([e.reset_gen(seed=s, options=options) for e, s in zip(self.envs, seeds)])
+        self._needs_reset[:] = False
+        infos: dict[str, Any] = {}
+        for i, (_, info) in enumerate(outs):
+            infos = self._add_info(infos, info, i)
+        return self._batch_obs([o for o, _ in outs]), infos
+
+    def step(self, actions):
+        gens, kinds = [], []
+        for i, e in enumerate(self.envs):
+            if self._needs_reset[i]:
+                gens.append(e.reset_gen())
+                kinds.append("reset")
+            else:
+                a = actions[i] if not isinstance(actions, tuple) else tuple(x[i] for x in actions)
+                gens.append(e.step_gen(a))
+                kinds.append("step")
+        outs = self._run(gens)
+        obs, rew = [], np.zeros(self.num_envs, dtype=np.float64)
+        term = np.zeros(self.num_envs, dtype=bool)
+        trunc = np.zeros(self.num_envs, dtype=bool)
+        infos: dict[str, Any] = {}
+        for i, (k, out) in enumerate(zip(kinds, outs)):
+            if k == "reset":
+                o, info = out
+                self._needs_reset[i] = False
+            else:
+                o, r, te, tr, info = out
+                rew[i], term[i], trunc[i] = r, te, tr
+                self._needs_reset[i] = te or tr
+            obs.append(o)
+            infos = self._add_info(infos, info, i)
+        return self._batch_obs(obs), rew, term, trunc, infos
+
+    def _batch_obs(self, obs: list) -> Any:
+        return concatenate(self.single_observation_space, obs, self._obs_buf)
+
+    def set_cost_weights(self, weights: dict[str, float]) -> None:
+        for e in self.envs:
+            e.set_cost_weights(weights)
+
+    def close_extras(self, **kwargs):
+        self.envs[0].close()
+
+
+def make_batched(num_envs: int, config=None, components=None) -> BatchedRetrievalEnv:
+    """A :class:`BatchedRetrievalEnv` of ``num_envs`` copies (shared model, cache and components)."""
+    if num_envs < 1:
+        raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    return BatchedRetrievalEnv(num_envs, config, components)
+
+
+__all__ = ["BatchedRetrievalEnv", "make_batched", "gym"]

@@ -1,0 +1,135 @@
+"""``kairos bench env``: env throughput, cache effectiveness and the oracle on the micro-world.
+
+Measured (printed as a table, written as JSON):
+* env steps/s with a cold cache at batch 1 and batch 8 (one batched generation call per round for the 8
+  copies; target: batch 8 >= 3x batch 1), and with a warm cache (target >= 5,000 steps/s);
+* the trajectory-cache hit rate during a training-like random-policy run (random questions of the train
+  split, Bernoulli(0.3) retrieval);
+* the oracle (best action sequence per question, from the cache) vs never / always retrieving: accuracy
+  and retrieval calls per question at λ_retrieval = 0.1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("env", help="env steps/s (cold/warm cache, batch 1/8), cache hit rate, oracle")
+    p.add_argument("--artifact", default=None, help="micro-world artifact (default: the shipped one)")
+    p.add_argument("--steps", type=int, default=400, help="env steps per throughput measurement")
+    p.add_argument("--episodes", type=int, default=300, help="episodes of the training-like run")
+    p.add_argument("--oracle-questions", type=int, default=100, help="dev questions for the oracle")
+    p.add_argument("--out", default="runs/bench/env_bench.json", help="JSON output")
+    p.set_defaults(func=_main)
+
+
+def _policy(rng: np.random.Generator, n: int, p: float = 0.3) -> np.ndarray:
+    return (rng.random(n) < p).astype(np.int64)
+
+
+def steps_per_second(make, batch: int, steps: int, seed: int = 0) -> tuple[float, int]:
+    """Run ``steps`` env steps (random policy) on a fresh batched env; returns (steps/s, steps done)."""
+    env = make(batch)
+    rng = np.random.default_rng(seed)
+    env.reset(seed=seed)
+    done = 0
+    t0 = time.perf_counter()
+    while done < steps:
+        env.step(_policy(rng, batch))
+        done += batch
+    dt = time.perf_counter() - t0
+    return done / dt, done
+
+
+def run(artifact: str | None, steps: int, episodes: int, oracle_questions: int, out: str | None) -> dict[str, Any]:
+    import torch
+
+    from envs.components import build_components
+    from envs.env_config import EnvConfig
+    from envs.retrieval_env import RetrievalTimingEnv
+    from envs.vector import make_batched
+    from eval.oracle import best_leaf, enumerate_leaves
+
+    torch.set_num_threads(1)
+    base = EnvConfig(artifact=artifact, split="train", rsus_components=["ent"])
+    comps = build_components(base)
+    res: dict[str, Any] = {"config": base.to_dict(), "threads": torch.get_num_threads()}
+
+    # 1. cold cache (in-memory cache, fresh per measurement) at batch 1 and 8
+    def make_cold(b):
+        return make_batched(b, base, comps)
+    for b in (1, 8):
+        sps, n = steps_per_second(make_cold, b, steps, seed=11)
+        res[f"cold_batch{b}_steps_s"] = round(sps, 1)
+    res["batch8_over_batch1"] = round(res["cold_batch8_steps_s"] / res["cold_batch1_steps_s"], 2)
+    # 2. warm cache: the same episodes again on the same cache
+    warm_env = make_batched(8, base, comps)
+    steps_per_second(lambda b: warm_env, 8, steps, seed=12)          # fill
+    warm_env.envs[0].cache.hits = warm_env.envs[0].cache.misses = 0
+    sps, _ = steps_per_second(lambda b: warm_env, 8, steps, seed=12)  # replay
+    res["warm_steps_s"] = round(sps, 1)
+    res["warm_hit_rate"] = round(warm_env.envs[0].cache.hit_rate, 4)
+    # 3. training-like run: random questions, random policy, one shared cache
+    train_env = make_batched(8, base, comps)
+    cache = train_env.envs[0].cache
+    cache.hits = cache.misses = 0
+    rng = np.random.default_rng(3)
+    train_env.reset(seed=3)
+    finished = 0
+    while finished < episodes:
+        _, _, te, tr, _ = train_env.step(_policy(rng, 8))
+        finished += int(np.sum(te | tr))
+    res["training_run"] = {"episodes": finished, "hit_rate": round(cache.hit_rate, 4),
+                           "records": len(cache)}
+    # 4. oracle vs never / always on dev questions
+    dev = RetrievalTimingEnv(base.replace(split="dev"), components=None)
+    lam = {"retrieval_calls": 0.1}
+    rows = {"never": [], "always": [], "oracle": []}
+    n = min(oracle_questions, len(dev.c.questions))
+    for qi in range(n):
+        leaves = enumerate_leaves(dev, qi)
+        never = next(lf for lf in leaves if all(a == 0 for a in lf.actions))
+        always = max(leaves, key=lambda lf: (lf.calls, lf.actions))
+        rows["never"].append(never)
+        rows["always"].append(always)
+        rows["oracle"].append(best_leaf(leaves, lam))
+    res["oracle"] = {k: {"accuracy": round(float(np.mean([lf.quality for lf in v])), 4),
+                         "calls_per_question": round(float(np.mean([lf.calls for lf in v])), 3),
+                         "reward_at_lambda_0.1": round(float(np.mean([lf.quality - 0.1 * lf.calls for lf in v])), 4)}
+                     for k, v in rows.items()}
+    res["oracle"]["n_questions"] = n
+    if out:
+        from envs.io import write_json
+
+        write_json(out, res)
+    return res
+
+
+def format_table(res: dict[str, Any]) -> str:
+    lines = ["| measure | value |", "|---|---|"]
+    for k in ("cold_batch1_steps_s", "cold_batch8_steps_s", "batch8_over_batch1", "warm_steps_s", "warm_hit_rate"):
+        lines.append(f"| {k} | {res[k]} |")
+    tr = res["training_run"]
+    lines.append(f"| training-like run hit rate ({tr['episodes']} episodes) | {tr['hit_rate']} |")
+    lines += ["", f"Oracle vs fixed policies ({res['oracle']['n_questions']} dev questions, λ_retrieval = 0.1)", "",
+              "| policy | accuracy | calls/question | reward |", "|---|---|---|---|"]
+    for k in ("never", "always", "oracle"):
+        r = res["oracle"][k]
+        lines.append(f"| {k} | {r['accuracy']} | {r['calls_per_question']} | {r['reward_at_lambda_0.1']} |")
+    return "\n".join(lines)
+
+
+def _main(args) -> int:
+    res = run(args.artifact, args.steps, args.episodes, args.oracle_questions, args.out)
+    print(format_table(res))
+    log.info("wrote %s", Path(args.out).resolve() if args.out else "-")
+    return 0

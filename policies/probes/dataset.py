@@ -1,0 +1,208 @@
+"""Step datasets with ground-truth error labels from the micro-world (DESIGN §6), cached on disk.
+
+:func:`build_step_dataset` runs the micro-world reasoner's closed-book greedy chains on a question split,
+labels every non-answer step with :func:`envs.microworld.labels.label_chain` (error = label is not
+``correct``) and keeps, per step, everything the detectors need: the pooled per-layer states
+(``hidden_mean`` / ``hidden_last``), the output-level signals, the step text, its question, error kind and
+subject entity. The result is cached as ``.npz`` keyed by the artifact fingerprint and the question ids,
+so training a probe, choosing a layer interval and the detection benchmark share one generation run.
+
+Example::
+
+    world = load_artifact("envs/microworld/artifacts/default")
+    ds = build_step_dataset(world, split="train", n_questions=2000)
+    X = FeatureSpec("pulse", layers=(1, 5)).compute(hidden_mean=ds.hidden_mean)
+    y, groups = ds.labels, ds.question_ids
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from envs.io import atomic_open
+
+log = logging.getLogger(__name__)
+
+DATASET_VERSION = 1
+OUTPUT_COLUMNS = ("ppl", "maxprob", "entropy", "minprob")
+_ARRAYS = ("hidden_mean", "hidden_last", "output", "labels", "label_names", "error_kinds", "question_ids",
+           "subjects", "relations", "step_index", "hops", "question_correct", "contents")
+
+
+def artifact_fingerprint(path: str | Path) -> str:
+    """16 hex digits identifying an artifact's contents (hash of its manifest's file digests)."""
+    man = Path(path) / "manifest.json"
+    if not man.is_file():
+        raise FileNotFoundError(f"no micro-world artifact at {path} (missing manifest.json)")
+    files = json.loads(man.read_text()).get("files", {})
+    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def world_model_id(world) -> str:
+    """``microworld:<name>@<fingerprint>`` — the model id probes are saved with."""
+    if world.path is None:
+        raise ValueError("the micro-world has no path (save it first); its fingerprint is undefined")
+    return f"microworld:{world.config.name}@{artifact_fingerprint(world.path)}"
+
+
+def default_cache_dir() -> Path:
+    """``$KAIROS_CACHE/steps`` (default ``~/.cache/kairos/steps``)."""
+    return Path(os.environ.get("KAIROS_CACHE", "~/.cache/kairos")).expanduser() / "steps"
+
+
+@dataclass
+class StepDataset:
+    """One row per labelled step (arrays aligned on the first axis)."""
+
+    hidden_mean: np.ndarray          # [N, L+1, d] float32
+    hidden_last: np.ndarray          # [N, L+1, d] float32
+    output: np.ndarray               # [N, 4] PPL, MaxProb, Entropy, MinProb
+    labels: np.ndarray               # [N] int8, 1 = error (label != "correct")
+    label_names: np.ndarray          # [N] correct | wrong | off_chain | unparseable
+    error_kinds: np.ndarray          # [N] "" for correct steps, else unseen | mislearned | ... | parse | off_chain
+    question_ids: np.ndarray         # [N]
+    subjects: np.ndarray             # [N] the step's subject (parsed, else the entity it should be about)
+    relations: np.ndarray            # [N] the parsed relation ("" if unparseable)
+    step_index: np.ndarray           # [N] 1-based
+    hops: np.ndarray                 # [N] hops of the question
+    question_correct: np.ndarray     # [N] bool: the chain's final answer is right
+    contents: np.ndarray             # [N] step text without header
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+    def subset(self, idx: np.ndarray) -> StepDataset:
+        return StepDataset(**{k: getattr(self, k)[idx] for k in _ARRAYS}, meta=dict(self.meta))
+
+    def output_column(self, name: str) -> np.ndarray:
+        """One output-level signal (``ppl`` | ``maxprob`` | ``entropy`` | ``minprob``)."""
+        if name not in OUTPUT_COLUMNS:
+            raise ValueError(f"unknown output signal '{name}' (valid: {', '.join(OUTPUT_COLUMNS)})")
+        return self.output[:, OUTPUT_COLUMNS.index(name)]
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, path: str | Path) -> None:
+        with atomic_open(path, "wb") as f:
+            np.savez(f, **{k: getattr(self, k) for k in _ARRAYS}, meta=np.array(json.dumps(self.meta)))
+
+    @classmethod
+    def load(cls, path: str | Path) -> StepDataset:
+        with np.load(path, allow_pickle=False) as z:
+            return cls(**{k: z[k] for k in _ARRAYS}, meta=json.loads(str(z["meta"])))
+
+
+def select_questions(questions: list, n: int | None, seed: int = 0) -> list:
+    """Up to ``n`` questions balanced over hop counts (deterministic); all of them when ``n`` is None."""
+    if n is None or n >= len(questions):
+        return list(questions)
+    rng = random.Random(seed)
+    by: dict[int, list] = defaultdict(list)
+    for q in questions:
+        by[q.hops].append(q)
+    for v in by.values():
+        rng.shuffle(v)
+    out: list = []
+    while len(out) < n:
+        for h in sorted(by):
+            if by[h] and len(out) < n:
+                out.append(by[h].pop())
+    return out
+
+
+def dataset_cache_path(cache_dir: str | Path | None, fingerprint: str, question_ids: list[str],
+                       max_step_tokens: int, reasoner_name: str = "MicroReasoner") -> Path:
+    """The cache file of a step dataset: keyed by artifact fingerprint, question ids and generation settings."""
+    key = hashlib.sha256("|".join([fingerprint, str(DATASET_VERSION), reasoner_name, str(max_step_tokens)]
+                                  + list(question_ids)).encode()).hexdigest()[:16]
+    base = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    return base / f"steps-{fingerprint[:12]}-{key}.npz"
+
+
+def build_step_dataset(world, split: str = "train", n_questions: int | None = 2000, seed: int = 0,
+                       cache_dir: str | Path | None = None, chunk: int = 128, use_cache: bool = True,
+                       reasoner=None) -> StepDataset:
+    """Labelled steps of closed-book greedy chains on ``world.questions[split]`` (cached).
+
+    Args:
+        world: a loaded :class:`~envs.microworld.artifact.MicroWorld` (saved: it needs a path).
+        split: question split (``train`` for probe training; ``dev`` / ``test`` for evaluation).
+        n_questions: hop-balanced sample size (``None`` = every question of the split).
+        seed: sampling seed.
+        cache_dir: where the ``.npz`` lives (default :func:`default_cache_dir`).
+        chunk: questions generated together (bounds the KV-cache memory).
+        use_cache: read an existing cache file (it is always written).
+        reasoner: the step generator (default ``MicroReasoner(world)``; tests pass fakes).
+    """
+    from agents.reasoners.micro import MicroReasoner
+    from agents.signals.output import OutputGroup
+    from envs.microworld.labels import label_chain
+
+    if split not in world.questions:
+        raise ValueError(f"unknown question split '{split}' (valid: {', '.join(world.questions)})")
+    qs = select_questions(world.questions[split], n_questions, seed)
+    if not qs:
+        raise ValueError(f"question split '{split}' is empty")
+    fp = artifact_fingerprint(world.path)
+    reasoner = reasoner if reasoner is not None else MicroReasoner(world)
+    path = dataset_cache_path(cache_dir, fp, [q.id for q in qs], reasoner.max_step_tokens,
+                              type(reasoner).__name__)
+    if use_cache and path.is_file():
+        log.info("step dataset: cached %s", path)
+        return StepDataset.load(path)
+
+    out_sig = OutputGroup()
+    rows: dict[str, list] = {k: [] for k in _ARRAYS}
+    skipped = 0
+    max_steps = max(q.hops for q in qs) + 2
+    for start in range(0, len(qs), chunk):
+        part = qs[start: start + chunk]
+        chains = reasoner.run_chains([q.text for q in part], max_steps=max_steps)
+        for q, chain in zip(part, chains):
+            answer = next((s.content for s in chain if s.is_answer), None)
+            steps = [s for s in chain if not s.is_answer]
+            labels, correct = label_chain(world.kb, q, [s.content for s in steps], answer)
+            cur = q.head
+            for step, lab in zip(steps, labels):
+                expected_subject, cur = cur, (lab.object if lab.object is not None else cur)
+                if step.hidden_mean is None or step.logprobs is None or len(step.logprobs) == 0:
+                    skipped += 1
+                    continue
+                rows["hidden_mean"].append(step.hidden_mean.astype(np.float32))
+                rows["hidden_last"].append(step.hidden_last.astype(np.float32))
+                rows["output"].append(out_sig(step))
+                rows["labels"].append(int(lab.label != "correct"))
+                rows["label_names"].append(lab.label)
+                rows["error_kinds"].append(lab.error_kind or "")
+                rows["question_ids"].append(q.id)
+                rows["subjects"].append(lab.subject or expected_subject)
+                rows["relations"].append(lab.relation or "")
+                rows["step_index"].append(step.index)
+                rows["hops"].append(q.hops)
+                rows["question_correct"].append(bool(correct))
+                rows["contents"].append(step.content)
+        log.info("step dataset: %d/%d questions, %d steps", min(start + chunk, len(qs)), len(qs),
+                 len(rows["labels"]))
+    if not rows["labels"]:
+        raise ValueError(f"no labelled steps with content tokens in {len(qs)} '{split}' questions")
+    dtypes = {"labels": np.int8, "step_index": np.int16, "hops": np.int8, "question_correct": bool}
+    arrays = {k: (np.stack(v) if k in ("hidden_mean", "hidden_last", "output")
+                  else np.asarray(v, dtype=dtypes.get(k, str))) for k, v in rows.items()}
+    ds = StepDataset(**arrays, meta={
+        "version": DATASET_VERSION, "fingerprint": fp, "model_id": world_model_id(world), "split": split,
+        "n_questions": len(qs), "seed": seed, "skipped_steps": skipped,
+        "n_layers": int(arrays["hidden_mean"].shape[1] - 1), "hidden_size": int(arrays["hidden_mean"].shape[2])})
+    ds.save(path)
+    log.info("step dataset: %d steps (%.1f%% errors, %d skipped without content) -> %s", len(ds),
+             100 * ds.labels.mean(), skipped, path)
+    return ds

@@ -1,0 +1,245 @@
+"""Train a step-error probe on the micro-world and measure it (the flow behind ``kairos probe train``).
+
+Read top to bottom: load the artifact → build (or load the cached) labelled step dataset of its train
+questions → features per the :class:`~policies.probes.probe.FeatureSpec` → 70/30 split by question (or
+entity-disjoint) → fit with early stopping on validation AUROC → save → metrics of the probe and of the
+training-free references (PPL, MinProb, MaxProb, Entropy, CoE-R, CoE-C) on the *same* validation steps,
+per error kind, and on a held-out question split of the artifact (``dev``) that no choice was made on.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from envs.config import ConfigBase, ConfigError, helpf
+
+log = logging.getLogger(__name__)
+
+#: training-free references: name -> higher_is_error
+REFERENCES = {"ppl": True, "minprob": False, "maxprob": False, "entropy": True, "coe_r": False, "coe_c": False}
+
+
+@dataclass
+class ProbeTrainConfig(ConfigBase):
+    """Everything ``kairos probe train`` needs."""
+
+    signal: str = helpf("pulse", "probe to train: pulse | reprobe | rsus_proxy")
+    artifact: str = helpf("", "micro-world artifact directory (default: the shipped one)")
+    out: str = helpf("", "directory to save the probe in")
+    layers: str = helpf("", "PUlSE layer interval 'a,b' over hidden rows 0..L (empty: middle of the stack)")
+    pooling: str = helpf("", "hidden-state pooling: mean | last (empty: mean for pulse, last for reprobe)")
+    parts: str = helpf("both", "PUlSE features: both | magnitude | angle (ablations)")
+    split: str = helpf("question", "train/val split: question (group split) | entity (entity-disjoint)")
+    val_frac: float = helpf(0.3, "validation share (of questions, or of steps for the entity split)")
+    question_split: str = helpf("train", "artifact question split the probe is trained on")
+    n_questions: int = helpf(2000, "hop-balanced questions to generate chains for (0 = all)")
+    eval_split: str = helpf("dev", "artifact question split for a held-out evaluation (empty: skip)")
+    n_eval_questions: int = helpf(500, "questions of the held-out evaluation (0 = all)")
+    threshold: float = helpf(0.5, "decision threshold on p(error)")
+    seed: int = helpf(0, "seed of question sampling, splits, initialisation and shuffling")
+    n_boot: int = helpf(1000, "question-level bootstrap resamples for AUROC CIs (0 = none)")
+    cache_dir: str = helpf("", "step-dataset cache directory (default $KAIROS_CACHE/steps)")
+    lr: float = helpf(1e-3, "AdamW learning rate")
+    weight_decay: float = helpf(1e-4, "AdamW weight decay")
+    batch_size: int = helpf(256, "minibatch size")
+    max_epochs: int = helpf(200, "maximum epochs")
+    patience: int = helpf(20, "early-stopping patience (epochs without a better validation AUROC)")
+    pos_weight: float = helpf(3.0, "BCE weight of the error class")
+
+    def validate(self) -> None:
+        if self.signal not in ("pulse", "reprobe", "rsus_proxy"):
+            raise ConfigError(f"ProbeTrainConfig: unknown signal '{self.signal}' (valid: pulse, reprobe, rsus_proxy)")
+        if self.split not in ("question", "entity"):
+            raise ConfigError(f"ProbeTrainConfig: unknown split '{self.split}' (valid: question, entity)")
+        if self.pooling not in ("", "mean", "last"):
+            raise ConfigError(f"ProbeTrainConfig: unknown pooling '{self.pooling}' (valid: mean, last)")
+        if self.parts not in ("both", "magnitude", "angle"):
+            raise ConfigError(f"ProbeTrainConfig: unknown parts '{self.parts}' (valid: both, magnitude, angle)")
+        if self.layers:
+            parse_layers(self.layers)
+
+    def fit_config(self):
+        from policies.probes.probe import FitConfig
+
+        return FitConfig(lr=self.lr, weight_decay=self.weight_decay, batch_size=self.batch_size,
+                         max_epochs=self.max_epochs, patience=self.patience, pos_weight=self.pos_weight,
+                         seed=self.seed)
+
+
+def parse_layers(text: str) -> tuple[int, int]:
+    """``"7,25"`` -> ``(7, 25)``."""
+    try:
+        a, b = (int(x) for x in text.replace(" ", "").split(","))
+    except ValueError as e:
+        raise ConfigError(f"layer interval must be 'a,b' with integers, got '{text}'") from e
+    if not 0 <= a < b:
+        raise ConfigError(f"layer interval must satisfy 0 <= a < b, got '{text}'")
+    return a, b
+
+
+def make_spec(cfg: ProbeTrainConfig, n_layers: int, model_id: str | None = None):
+    """The feature spec a config asks for on a model with ``n_layers`` layers."""
+    from agents.signals.hidden import default_interval
+    from policies.probes.probe import FeatureSpec
+
+    if cfg.signal == "pulse":
+        layers = parse_layers(cfg.layers) if cfg.layers else default_interval(n_layers, model_id)
+        if layers[1] > n_layers:
+            raise ConfigError(f"layer interval {list(layers)} exceeds the model's rows 0..{n_layers}")
+        return FeatureSpec("pulse", layers=layers, pooling=cfg.pooling or "mean", parts=cfg.parts)
+    if cfg.signal == "reprobe":
+        return FeatureSpec("reprobe", pooling=cfg.pooling or "last")
+    return FeatureSpec("rsus_proxy", pooling="none", extra="surface")
+
+
+def reference_scores(ds) -> dict[str, np.ndarray]:
+    """Training-free detector scores of every step of a dataset (see :data:`REFERENCES` for orientation)."""
+    from agents.signals.hidden import coe_scores
+
+    coe_r, coe_c = coe_scores(ds.hidden_mean)
+    out = {name: ds.output_column(name) for name in ("ppl", "minprob", "maxprob", "entropy")}
+    out.update(coe_r=coe_r, coe_c=coe_c)
+    return out
+
+
+def detection_report(ds, probe_scores: np.ndarray, idx: np.ndarray, ref_train_idx: np.ndarray | None,
+                     threshold: float, n_boot: int, seed: int) -> dict[str, Any]:
+    """Metrics of the probe and the references on steps ``idx`` (reference thresholds: Youden on train)."""
+    from policies.probes.metrics import auroc, evaluate_detector, youden_threshold
+
+    y, g = ds.labels[idx], ds.question_ids[idx]
+    rep: dict[str, Any] = {"probe": evaluate_detector(y, probe_scores, g, threshold=threshold, n_boot=n_boot,
+                                                      seed=seed)}
+    refs = reference_scores(ds)
+    for name, hi in REFERENCES.items():
+        t = None
+        if ref_train_idx is not None:
+            o = refs[name][ref_train_idx] if hi else -refs[name][ref_train_idx]
+            t = youden_threshold(ds.labels[ref_train_idx], o)
+            t = None if math.isnan(t) else (t if hi else -t)
+        rep[name] = evaluate_detector(y, refs[name][idx], g, threshold=t, higher_is_error=hi, n_boot=n_boot,
+                                      seed=seed)
+    # per error kind: that kind's wrong steps vs all correct steps
+    kinds = ds.error_kinds[idx]
+    by_kind: dict[str, Any] = {}
+    for kind in sorted(set(kinds.tolist()) - {""}):
+        sel = (kinds == kind) | (y == 0)
+        n_kind = int((kinds == kind).sum())
+        if n_kind < 3 or int((y[sel] == 0).sum()) == 0:
+            continue
+        row = {"n": n_kind, "probe": auroc(y[sel], probe_scores[sel])}
+        for name, hi in REFERENCES.items():
+            s = refs[name][idx][sel]
+            row[name] = auroc(y[sel], s if hi else -s)
+        by_kind[kind] = row
+    rep["by_error_kind"] = by_kind
+    return rep
+
+
+def train_probe(cfg: ProbeTrainConfig) -> tuple[Any, dict[str, Any]]:
+    """Build the dataset, train, save and evaluate; returns ``(probe, report)``."""
+    import torch
+
+    from envs.io import write_json
+    from envs.microworld.artifact import load_artifact
+    from policies.probes.dataset import build_step_dataset, world_model_id
+    from policies.probes.probe import default_arch, fit_probe
+    from policies.probes.splits import entity_disjoint_split, group_split
+
+    torch.set_num_threads(1)
+    world = load_artifact(cfg.artifact or None)
+    model_id = world_model_id(world)
+    cache = cfg.cache_dir or None
+    ds = build_step_dataset(world, cfg.question_split, cfg.n_questions or None, cfg.seed, cache)
+    n_layers = ds.hidden_mean.shape[1] - 1
+    spec = make_spec(cfg, n_layers, model_id)
+    X = spec.compute(hidden_mean=ds.hidden_mean, hidden_last=ds.hidden_last, texts=ds.contents.tolist())
+    if cfg.split == "question":
+        tr, va = group_split(ds.question_ids, cfg.val_frac, cfg.seed)
+    else:
+        tr, va = entity_disjoint_split(ds.subjects, cfg.val_frac, cfg.seed)
+    arch = default_arch(spec, X.shape[1], tuple(ds.hidden_last.shape[1:]))
+    info = {"artifact": str(world.path), "dataset": ds.meta, "split": cfg.split, "val_frac": cfg.val_frac,
+            "train_config": cfg.to_dict()}
+    probe, hist = fit_probe(spec, X, ds.labels, tr, va, model_id=model_id, arch=arch, fit=cfg.fit_config(),
+                            threshold=cfg.threshold, info=info)
+    report: dict[str, Any] = {
+        "model_id": model_id, "spec": spec.to_dict(), "n_features": int(X.shape[1]),
+        "data": {"steps": len(ds), "train_steps": int(len(tr)), "val_steps": int(len(va)),
+                 "error_rate": float(ds.labels.mean()),
+                 "labels": {str(k): int(v) for k, v in zip(*np.unique(ds.label_names, return_counts=True))}},
+        "fit": {"best_epoch": hist["best_epoch"], "epochs": hist["epochs"]},
+        "val": detection_report(ds, probe.predict_proba(X[va]), va, tr, cfg.threshold, cfg.n_boot, cfg.seed),
+    }
+    ev = None
+    if cfg.eval_split:
+        try:
+            ev = build_step_dataset(world, cfg.eval_split, cfg.n_eval_questions or None, cfg.seed, cache)
+        except ValueError as e:  # e.g. an incompetent LM wrote no step with content tokens
+            log.warning("held-out evaluation skipped: %s", e)
+    if ev is not None:
+        Xe = spec.compute(hidden_mean=ev.hidden_mean, hidden_last=ev.hidden_last, texts=ev.contents.tolist())
+        # reference thresholds come from the probe's training data (no choice is made on the eval split)
+        merged = _concat(ds.subset(tr), ev)
+        idx = np.arange(len(tr), len(merged))
+        report["eval"] = {"split": cfg.eval_split, "steps": len(ev), **detection_report(
+            merged, probe.predict_proba(Xe), idx, np.arange(len(tr)), cfg.threshold, cfg.n_boot, cfg.seed)}
+    probe.info["metrics"] = {k: report[k] for k in ("val", "eval") if k in report}
+    if cfg.out:
+        probe.save(cfg.out)
+        write_json(Path(cfg.out) / "metrics.json", report)
+        log.info("probe saved to %s", Path(cfg.out).resolve())
+    return probe, report
+
+
+def _concat(a, b):
+    from policies.probes.dataset import _ARRAYS, StepDataset
+
+    return StepDataset(**{k: np.concatenate([getattr(a, k), getattr(b, k)]) for k in _ARRAYS}, meta=dict(a.meta))
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """Readable tables of a :func:`train_probe` report."""
+    from io import StringIO
+
+    from rich.console import Console
+    from rich.table import Table
+
+    buf = StringIO()
+    con = Console(file=buf, width=120, force_terminal=False)
+    d = report["data"]
+    con.print(f"model {report['model_id']}  features {report['n_features']} ({report['spec']})")
+    con.print(f"steps {d['steps']} (train {d['train_steps']}, val {d['val_steps']}), error rate "
+              f"{d['error_rate']:.3f}, labels {d['labels']}; best epoch {report['fit']['best_epoch'] + 1} "
+              f"of {report['fit']['epochs']}")
+    for part in ("val", "eval"):
+        if part not in report:
+            continue
+        rep = report[part]
+        title = "validation steps" if part == "val" else f"held-out '{rep['split']}' questions ({rep['steps']} steps)"
+        t = Table(title=f"Detection on {title}")
+        for c in ("detector", "AUROC", "95% CI", "PR-AUC", "F1", "precision", "recall", "threshold"):
+            t.add_column(c, justify="right")
+        for name, m in rep.items():
+            if not isinstance(m, dict) or "auroc" not in m:
+                continue
+            lo, hi = m["auroc_ci95"]
+            t.add_row(name, f"{m['auroc']:.4f}", f"[{lo:.3f}, {hi:.3f}]", f"{m['pr_auc']:.4f}", f"{m['f1']:.3f}",
+                      f"{m['precision']:.3f}", f"{m['recall']:.3f}", f"{m['threshold']:.4g}")
+        con.print(t)
+        if rep.get("by_error_kind"):
+            t = Table(title=f"AUROC by error kind ({part}: that kind's errors vs correct steps)")
+            t.add_column("kind")
+            t.add_column("n", justify="right")
+            for c in ["probe", *REFERENCES]:
+                t.add_column(c, justify="right")
+            for kind, row in rep["by_error_kind"].items():
+                t.add_row(kind, str(row["n"]), *[f"{row[c]:.3f}" for c in ["probe", *REFERENCES]])
+            con.print(t)
+    return buf.getvalue()

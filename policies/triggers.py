@@ -1,0 +1,163 @@
+"""Fixed retrieval triggers (DESIGN §8): every non-learned policy behind one interface.
+
+A trigger sees what a learned policy sees — the observation and the env's ``info`` (which carries every
+signal of the current step by name, and the ground-truth label where known) — and returns an action.
+
+Example:
+    >>> t = ThresholdTrigger("min_prob", 0.3, direction="below", name="FLARE")
+    >>> t.decide({}, {"signals": {"min_prob": 0.1}, "step_index": 1})
+    1
+    >>> t.describe()
+    'FLARE: retrieve when min_prob < 0.3'
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+
+@runtime_checkable
+class Trigger(Protocol):
+    """``decide(observation, info) -> action``; ``reset(seed)`` at each episode; ``describe()``."""
+
+    name: str
+
+    def reset(self, seed: int | None = None) -> None:
+        raise NotImplementedError
+
+    def decide(self, observation: Any, info: dict[str, Any]) -> int:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+
+class _Base:
+    name = "trigger"
+
+    def reset(self, seed: int | None = None) -> None:
+        return None
+
+    def describe(self) -> str:
+        return self.name
+
+
+class NeverTrigger(_Base):
+    """CoT: never retrieve."""
+
+    name = "CoT"
+
+    def decide(self, observation, info) -> int:
+        return 0
+
+    def describe(self) -> str:
+        return "CoT: never retrieve"
+
+
+class AlwaysTrigger(_Base):
+    """IRCoT-style: retrieve at every step."""
+
+    name = "IRCoT"
+
+    def decide(self, observation, info) -> int:
+        return 1
+
+    def describe(self) -> str:
+        return "IRCoT: retrieve at every step"
+
+
+class SingleTrigger(_Base):
+    """Single RAG: retrieve once, at the first step (query = the question)."""
+
+    name = "SingleRAG"
+
+    def decide(self, observation, info) -> int:
+        return int(info.get("step_index", 1) == 1 and info.get("retrievals_this_step", 0) == 0)
+
+    def describe(self) -> str:
+        return "Single RAG: retrieve once before step 1"
+
+
+class RandomTrigger(_Base):
+    """Bernoulli(p), seeded per episode."""
+
+    def __init__(self, p: float, seed: int = 0, name: str | None = None):
+        if not 0 <= p <= 1:
+            raise ValueError(f"RandomTrigger: p must be in [0, 1], got {p}")
+        self.p, self.seed = p, seed
+        self.name = name or f"Random(p={p:.2f})"
+        self.rng = np.random.default_rng(seed)
+
+    def reset(self, seed: int | None = None) -> None:
+        self.rng = np.random.default_rng(self.seed if seed is None else (self.seed, seed))
+
+    def decide(self, observation, info) -> int:
+        return int(self.rng.random() < self.p)
+
+    def describe(self) -> str:
+        return f"{self.name}: retrieve with probability {self.p:.3f}"
+
+
+class ThresholdTrigger(_Base):
+    """Retrieve when a named signal crosses a threshold: FLARE (MinProb), DRAGIN (RIND), SeaKR (EigenScore),
+    PUlSE / ReProbe (probe probability), RSUS (τ = 0.65), PPL, …
+
+    Args:
+        signal: key in ``info["signals"]`` (a scalar signal).
+        threshold: the threshold (calibrate it on dev; never copy it from a paper).
+        direction: ``above`` (retrieve when value > τ) or ``below`` (value < τ).
+        name: display name.
+        on_masked: what to do at a step where the env masked the signal (e.g. a step with no content
+            tokens): ``accept`` (default), ``retrieve`` or ``error``. An unknown signal name is always an error.
+    """
+
+    def __init__(self, signal: str, threshold: float, direction: str = "above", name: str | None = None,
+                 on_masked: str = "accept"):
+        if direction not in ("above", "below"):
+            raise ValueError(f"ThresholdTrigger: direction must be 'above' or 'below', got '{direction}'")
+        if on_masked not in ("accept", "retrieve", "error"):
+            raise ValueError(f"ThresholdTrigger: on_masked must be accept, retrieve or error, got '{on_masked}'")
+        self.on_masked = on_masked
+        self.signal, self.threshold, self.direction = signal, float(threshold), direction
+        self.name = name or f"{signal}{'>' if direction == 'above' else '<'}{threshold:g}"
+
+    def value(self, info: dict[str, Any]) -> float | None:
+        """The signal's value at this step (``None`` when the env masked it)."""
+        sig = info.get("signals", {})
+        if self.signal in info.get("masked_signals", ()):
+            if self.on_masked == "error":
+                raise ValueError(f"ThresholdTrigger '{self.name}': signal '{self.signal}' is masked at this step")
+            return None
+        if self.signal not in sig:
+            raise KeyError(f"ThresholdTrigger '{self.name}': signal '{self.signal}' is not in info['signals'] "
+                           f"(available: {sorted(sig)})")
+        v = np.asarray(sig[self.signal], dtype=float)
+        if v.size != 1:
+            raise ValueError(f"ThresholdTrigger: signal '{self.signal}' is not a scalar (shape {v.shape})")
+        return float(v.reshape(()))
+
+    def decide(self, observation, info) -> int:
+        v = self.value(info)
+        if v is None:
+            return int(self.on_masked == "retrieve")
+        return int(v > self.threshold if self.direction == "above" else v < self.threshold)
+
+    def describe(self) -> str:
+        op = ">" if self.direction == "above" else "<"
+        return f"{self.name}: retrieve when {self.signal} {op} {self.threshold:g}"
+
+
+class OracleTrigger(_Base):
+    """Retrieve exactly when the ground-truth label says the current step is wrong (micro-world)."""
+
+    name = "Oracle(labels)"
+
+    def decide(self, observation, info) -> int:
+        if "label" not in info:
+            raise KeyError("OracleTrigger needs info['label'] (ground-truth step labels; micro-world only)")
+        return int(info["label"] not in ("correct", "answer_correct") and info.get("retrievals_this_step", 0) == 0)
+
+    def describe(self) -> str:
+        return "Oracle: retrieve when the step is wrong (ground-truth labels)"

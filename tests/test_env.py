@@ -1,0 +1,124 @@
+"""The retrieval-timing env contract on a tiny micro-world (fast; the LM is untrained but deterministic)."""
+
+import sys
+import textwrap
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import envs  # noqa: F401  (registers the ids)
+from policies.triggers import AlwaysTrigger, NeverTrigger, RandomTrigger, ThresholdTrigger
+
+
+@pytest.fixture()
+def cfg(tiny_world, tmp_path):
+    return {"artifact": str(tiny_world.path), "max_steps": 4, "max_step_tokens": 12,
+            "cache_path": str(tmp_path / "cache.sqlite"), "rsus_components": ["ent"]}
+
+
+def _run(env, policy, seed):
+    obs, info = env.reset(seed=seed)
+    policy.reset(seed)
+    trace, total, done = [], 0.0, False
+    while not done:
+        a = policy.decide(obs, info)
+        obs, r, term, trunc, info = env.step(a)
+        total += r
+        trace.append((a, info["step_text"], round(r, 6), info["passage_ids"]))
+        done = term or trunc
+    return trace, total, info
+
+
+@pytest.mark.parametrize("querygen", [False, True])
+def test_check_env_passes(cfg, querygen):
+    env = gym.make("kairos/MicroWorld-v0", config={**cfg, "querygen": querygen})
+    check_env(env.unwrapped)
+    if querygen:
+        assert isinstance(env.action_space, gym.spaces.Tuple) and env.action_space[1].n == 4
+
+
+def test_same_seed_same_episode_and_cache_replay(cfg):
+    env = gym.make("kairos/MicroWorld-v0", config=cfg)
+    pol = RandomTrigger(0.5, seed=1)
+    a = _run(env.unwrapped, pol, seed=7)
+    b = _run(env.unwrapped, pol, seed=7)  # replayed from the trajectory cache
+    assert a[0] == b[0] and a[1] == b[1]
+    fresh = gym.make("kairos/MicroWorld-v0", config={**cfg, "cache_path": None})
+    c = _run(fresh.unwrapped, pol, seed=7)  # regenerated without any cache
+    assert [t[1] for t in a[0]] == [t[1] for t in c[0]]
+    assert env.unwrapped.cache.hits > 0
+
+
+def test_observation_info_and_costs(cfg):
+    env = gym.make("kairos/MicroWorld-v0", config={**cfg, "costs": {"retrieval_calls": 0.3, "tokens": 0.01}})
+    obs, info = env.reset(seed=0)
+    assert env.observation_space.contains(obs)
+    assert set(obs) == {"pulse", "output", "rsus", "history", "mask"}
+    # the tiny LM is untrained: a step without content masks its signals (zeros + mask 0), never fakes them
+    for g, m in zip(["pulse", "output", "rsus"], obs["mask"]):
+        assert m in (0.0, 1.0)
+        if m == 0.0:
+            assert not obs[g].any()
+    obs, r, term, trunc, info = env.step(1)
+    assert info["costs"]["retrieval_calls"] == 1.0 and info["costs"]["tokens"] > 0
+    assert "query" in info and "passage_ids" in info  # the tiny LM writes empty steps: see test_env_shipped
+    expected = -(0.3 * 1.0 + 0.01 * info["costs"]["tokens"]) + info.get("quality", 0.0)
+    assert r == pytest.approx(expected)
+    env.unwrapped.set_cost_weights({"retrieval_calls": 0.0, "tokens": 0.0})
+    assert env.unwrapped.get_cost_weights() == {"retrieval_calls": 0.0, "tokens": 0.0}
+    with pytest.raises(ValueError, match="unknown cost 'nope'"):
+        env.unwrapped.set_cost_weights({"nope": 1.0})
+
+
+def test_retrieval_caps_and_first_unused_passage(cfg):
+    env = gym.make("kairos/MicroWorld-v0", config={**cfg, "max_retrievals_per_question": 2, "max_steps": 6})
+    trace, _, info = _run(env.unwrapped, AlwaysTrigger(), seed=2)
+    ids = [p for t in trace for p in t[3]]
+    assert len(ids) <= 2 and len(set(ids)) == len(ids)
+    assert info["retrievals"] <= 2
+
+
+def test_user_cost_by_dotted_path_in_config(cfg, tmp_path, monkeypatch):
+    (tmp_path / "kcost.py").write_text(textwrap.dedent("""
+        class PerStep:
+            name = "per_step"
+            def __call__(self, event):
+                return 1.0
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("kcost", None)
+    env = gym.make("kairos/MicroWorld-v0", config={**cfg, "costs": {"kcost:PerStep": 0.25}})
+    env.reset(seed=0)
+    _, r, term, trunc, info = env.step(0)
+    assert info["costs"] == {"kcost:PerStep": 1.0}
+    assert r == pytest.approx(-0.25 + info.get("quality", 0.0))
+
+
+def test_every_fixed_trigger_runs_through_the_env(cfg):
+    from policies.triggers import OracleTrigger, SingleTrigger
+
+    env = gym.make("kairos/MicroWorld-v0", config=cfg).unwrapped
+    for trig in [NeverTrigger(), AlwaysTrigger(), SingleTrigger(), RandomTrigger(0.3),
+                 ThresholdTrigger("minprob", 0.5, "below"), ThresholdTrigger("rsus", 0.65, "above"),
+                 OracleTrigger()]:
+        trace, total, info = _run(env, trig, seed=4)
+        assert "quality" in info and np.isfinite(total), trig.describe()
+    with pytest.raises(KeyError, match="signal 'pulse_prob' is not in info"):
+        _run(env, ThresholdTrigger("pulse_prob", 0.5), seed=4)
+
+
+def test_bad_actions_and_configs(cfg):
+    from envs.config import ConfigError
+
+    env = gym.make("kairos/MicroWorld-v0", config=cfg).unwrapped
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match="outside the action space"):
+        env.step(2)
+    with pytest.raises(ConfigError, match="unknown config key 'max_stepz'"):
+        gym.make("kairos/MicroWorld-v0", config={**cfg, "max_stepz": 3})
+    with pytest.raises(ValueError, match="unknown cost 'latencyy'"):
+        gym.make("kairos/MicroWorld-v0", config={**cfg, "costs": {"latencyy": 1.0}})
+    with pytest.raises(ValueError, match="unknown preset"):
+        gym.make("kairos/RetrievalTiming-v0", preset="nope")
