@@ -89,14 +89,64 @@ def build_components(config: EnvConfig) -> Components:
     """Components of an env config (micro-world or HotpotQA task)."""
     if config.task == "microworld":
         return _microworld(config)
-    raise ValueError(f"EnvConfig.task '{config.task}' is not available yet (available: microworld)")
+    if config.task == "hotpotqa":
+        return _qa(config)
+    raise ValueError(f"EnvConfig.task '{config.task}' is not available (available: microworld, hotpotqa)")
+
+
+def _extractor(config: EnvConfig, reasoner, n_layers: int, hidden: int, corpus_texts: list[str], backend: str):
+    """The signal extractor of an env: observation groups -> registered signals."""
+    from agents.signals.extractor import SignalExtractor
+    from agents.signals.rsus import RSUSConfig
+
+    names = [n for g in config.signals for n in GROUP_SIGNALS[g]]
+    rsus_cfg = RSUSConfig(w_verb=0.40 if "verb" in config.rsus_components else 0.0,
+                          w_ent=0.35 if "ent" in config.rsus_components else 0.0,
+                          w_cons=0.25 if "cons" in config.rsus_components else 0.0, seed=config.seed)
+    layers = tuple(config.pulse_layers) if config.pulse_layers else None
+    options = {}
+    if "pulse" in names:
+        options["pulse"] = {"layers": layers} if layers else {}
+    if "rsus" in names:
+        options["rsus"] = {"config": rsus_cfg, "corpus": corpus_texts, "reasoner": reasoner}
+    return SignalExtractor(names, reasoner.capabilities, backend=backend, options=options,
+                           context={"n_layers": n_layers, "hidden_size": hidden})
+
+
+def _namespace(kind: str, identity, config: EnvConfig) -> str:
+    outcome_fields = {k: v for k, v in config.to_dict().items() if k not in ("costs", "cost_params", "cache_path")}
+    return namespace_of(kind, identity, outcome_fields)
+
+
+def _qa(config: EnvConfig) -> Components:
+    from agents.query import QueryGenerator
+    from agents.reasoners.registry import make_reasoner
+    from agents.retrievers.bm25 import BM25Retriever
+    from envs.qa_task import QATask
+
+    task = QATask(config.task, config.split, config.data_path)
+    corpus = task.corpus()
+    reasoner = make_reasoner(config.reasoner, max_step_tokens=config.max_step_tokens)
+    if not hasattr(reasoner, "snapshot"):
+        raise ValueError(f"reasoner '{config.reasoner}' cannot snapshot its state (needed by the trajectory cache)")
+    if config.retriever != "bm25":
+        raise ValueError(f"{config.task} env: retriever '{config.retriever}' not wired yet (available: bm25)")
+    retriever = BM25Retriever.build(corpus)
+    mc = getattr(getattr(reasoner, "model", None), "config", None)
+    n_layers = getattr(mc, "num_hidden_layers", 0) or 0
+    hidden = getattr(mc, "hidden_size", 0) or 0
+    extractor = _extractor(config, reasoner, n_layers, hidden, [p.text for p in corpus], config.reasoner)
+    dims = extractor.dims
+    feature_dims = {g: sum(dims[n] for n in GROUP_SIGNALS[g]) for g in config.signals}
+    ident = getattr(reasoner, "model_id", config.reasoner)
+    return Components(config, task, reasoner, retriever, QueryGenerator(list(config.query_modes)), extractor,
+                      _namespace(config.reasoner, ident, config), feature_dims)
 
 
 def _microworld(config: EnvConfig) -> Components:
     from agents.query import QueryGenerator
     from agents.reasoners.micro import MicroReasoner
     from agents.retrievers.bm25 import BM25Retriever
-    from agents.signals.extractor import SignalExtractor
     from envs.microworld.artifact import load_artifact
     from envs.microworld.task import MicroWorldTask
 
@@ -111,23 +161,11 @@ def _microworld(config: EnvConfig) -> Components:
     retriever = BM25Retriever.build(corpus)
     querygen = QueryGenerator(list(config.query_modes))
     n_layers = world.model.config.num_hidden_layers
-    layers = tuple(config.pulse_layers) if config.pulse_layers else (0, n_layers)
-    names = [n for g in config.signals for n in GROUP_SIGNALS[g]]
-    from agents.signals.rsus import RSUSConfig
-
-    rsus_cfg = RSUSConfig(w_verb=0.40 if "verb" in config.rsus_components else 0.0,
-                          w_ent=0.35 if "ent" in config.rsus_components else 0.0,
-                          w_cons=0.25 if "cons" in config.rsus_components else 0.0, seed=config.seed)
-    options = {}
-    if "pulse" in names:
-        options["pulse"] = {"layers": layers}
-    if "rsus" in names:
-        options["rsus"] = {"config": rsus_cfg, "corpus": [p.text for p in corpus], "reasoner": reasoner}
-    extractor = SignalExtractor(names, reasoner.capabilities, backend="micro", options=options,
-                                context={"n_layers": n_layers, "hidden_size": world.model.config.hidden_size})
+    if not config.pulse_layers:
+        config = config.replace(pulse_layers=[0, n_layers])
+    extractor = _extractor(config, reasoner, n_layers, world.model.config.hidden_size, [p.text for p in corpus],
+                           "micro")
     dims = extractor.dims
     feature_dims = {g: sum(dims[n] for n in GROUP_SIGNALS[g]) for g in config.signals}
-    ns = namespace_of("micro", world.train_info, str(world.path), config.to_dict() | {"costs": None,
-                                                                                      "cost_params": None,
-                                                                                      "cache_path": None})
+    ns = _namespace("micro", [world.train_info, str(world.path)], config)
     return Components(config, task, reasoner, retriever, querygen, extractor, ns, feature_dims)

@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 

@@ -40,11 +40,12 @@ _ARRAYS = ("hidden_mean", "hidden_last", "output", "labels", "label_names", "err
 
 
 def artifact_fingerprint(path: str | Path) -> str:
-    """16 hex digits identifying an artifact's contents (hash of its manifest's file digests)."""
+    """16 hex digits identifying an artifact's model and world: the hash of its manifest's file digests,
+    without ``metrics.json`` (measuring an artifact after the build must not orphan its probes and caches)."""
     man = Path(path) / "manifest.json"
     if not man.is_file():
         raise FileNotFoundError(f"no micro-world artifact at {path} (missing manifest.json)")
-    files = json.loads(man.read_text()).get("files", {})
+    files = {k: v for k, v in json.loads(man.read_text()).get("files", {}).items() if k != "metrics.json"}
     return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
 
 

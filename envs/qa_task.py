@@ -1,0 +1,55 @@
+"""Real-data env tasks: questions from a QA dataset, a paragraph corpus, F1 / accuracy as the quality."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from envs.data.loaders import load_dataset, shared_data_dir
+from envs.data.types import QAExample
+
+DEFAULT_PATHS = {"hotpotqa": "hotpotqa/dev_500.jsonl", "medmcqa": "medmcqa/dev.jsonl",
+                 "pubmedqa": "pubmedqa/test_set.json"}
+_SLICE = re.compile(r"^(\w+)(?:\[(\d*):(\d*)\])?$")
+
+
+class QATask:
+    """Questions of a dataset split like ``dev`` or ``dev[0:100]`` (a contiguous slice of the file).
+
+    Quality: token F1 (max over gold aliases) for extractive answers, accuracy for multiple choice,
+    on the answer extracted from the final ``Answer:`` line (lenient extraction).
+    """
+
+    def __init__(self, dataset: str, split: str = "dev", path: str | None = None):
+        m = _SLICE.match(split)
+        if not m:
+            raise ValueError(f"split '{split}' is not of the form NAME or NAME[a:b]")
+        file = Path(path) if path else shared_data_dir() / DEFAULT_PATHS.get(dataset, "")
+        if not file.is_file():
+            raise FileNotFoundError(f"{dataset}: data file {file} not found (give EnvConfig.data_path)")
+        examples = load_dataset(dataset, file)
+        a = int(m.group(2)) if m.group(2) else 0
+        b = int(m.group(3)) if m.group(3) else len(examples)
+        self.dataset = dataset
+        self.all_examples: list[QAExample] = list(examples)
+        self.questions: list[QAExample] = self.all_examples[a:b]
+        if not self.questions:
+            raise ValueError(f"{dataset}: split '{split}' selects no questions (file has {len(examples)})")
+
+    def question_id(self, q: QAExample) -> str:
+        return q.id
+
+    def question_text(self, q: QAExample) -> str:
+        return q.question
+
+    def quality(self, q: QAExample, answer_content: str) -> float:
+        from envs.scoring import score
+
+        s = score(f"Answer: {answer_content}", q, mode="lenient")
+        return float(s["acc"] if q.choices else s["f1"])
+
+    def corpus(self):
+        """The union of the whole file's paragraphs (HotpotQA / MuSiQue style datasets)."""
+        from envs.data.corpora import paragraph_corpus
+
+        return paragraph_corpus(self.all_examples, source=self.dataset)
