@@ -114,7 +114,7 @@ def _extractor(config: EnvConfig, reasoner, n_layers: int, hidden: int, corpus_t
 
 
 def _namespace(kind: str, identity, config: EnvConfig) -> str:
-    outcome_fields = {k: v for k, v in config.to_dict().items() if k not in ("costs", "cost_params", "cache_path")}
+    outcome_fields = {k: v for k, v in config.to_dict().items() if k not in ("costs", "cost_params", "cache_path", "split", "max_questions", "querygen")}
     return namespace_of(kind, identity, outcome_fields)
 
 

@@ -15,6 +15,7 @@ class EnvConfig(ConfigBase):
     split: str = helpf("train", "question split (micro-world: train | dev | test; hotpotqa: dev or a range 'dev[0:100]')")
     reasoner: str = helpf("micro", "reasoner backend name (micro | hf | openai)")
     artifact: str | None = helpf(None, "micro-world artifact directory (default: the shipped one)")
+    max_questions: int | None = helpf(None, "use only the first N questions of the split (a training pool)")
     data_path: str | None = helpf(None, "dataset file for real-data tasks (default: the shared data)")
     retriever: str = helpf("bm25", "retriever: bm25 | colbert")
     index_path: str | None = helpf(None, "prebuilt index directory (default: build BM25 in memory)")

@@ -65,8 +65,12 @@ def execute_requests(reasoner, requests: list[tuple]) -> list[tuple]:
     """Serve generation requests of many envs with as few batched reasoner calls as possible.
 
     A request is ``("next", state)`` or ``("regen", state, evidence, mode)``; the result of each is
-    ``(step, state_after)``, in request order.
+    ``(step, state_after)``, in request order. Reasoners with ``with_evidence`` serve both kinds in ONE
+    batched call; others get one ``next_step`` call plus one ``regenerate`` call per injection mode.
     """
+    if hasattr(reasoner, "with_evidence"):
+        states = [r[1] if r[0] == "next" else reasoner.with_evidence(r[1], r[2], r[3]) for r in requests]
+        return reasoner.next_step(states)
     out: list[tuple | None] = [None] * len(requests)
     nxt = [i for i, r in enumerate(requests) if r[0] == "next"]
     if nxt:
@@ -142,7 +146,7 @@ class RetrievalTimingEnv(gym.Env):
     def reset_gen(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
         options = options or {}
-        questions = self.c.questions
+        questions = self.c.questions[: self.config.max_questions or None]
         if "question_index" in options:
             idx = int(options["question_index"])
             if not 0 <= idx < len(questions):

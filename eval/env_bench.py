@@ -26,7 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("env", help="env steps/s (cold/warm cache, batch 1/8), cache hit rate, oracle")
     p.add_argument("--artifact", default=None, help="micro-world artifact (default: the shipped one)")
     p.add_argument("--steps", type=int, default=400, help="env steps per throughput measurement")
-    p.add_argument("--episodes", type=int, default=300, help="episodes of the training-like run")
+    p.add_argument("--episodes", type=int, default=600, help="episodes of the training-like run")
+    p.add_argument("--pool", type=int, default=128, help="training question pool of the training-like run")
     p.add_argument("--oracle-questions", type=int, default=100, help="dev questions for the oracle")
     p.add_argument("--out", default="runs/bench/env_bench.json", help="JSON output")
     p.set_defaults(func=_main)
@@ -50,7 +51,8 @@ def steps_per_second(make, batch: int, steps: int, seed: int = 0) -> tuple[float
     return done / dt, done
 
 
-def run(artifact: str | None, steps: int, episodes: int, oracle_questions: int, out: str | None) -> dict[str, Any]:
+def run(artifact: str | None, steps: int, episodes: int, oracle_questions: int, out: str | None,
+        pool: int = 128) -> dict[str, Any]:
     import torch
 
     from envs.components import build_components
@@ -78,8 +80,8 @@ def run(artifact: str | None, steps: int, episodes: int, oracle_questions: int, 
     sps, _ = steps_per_second(lambda b: warm_env, 8, steps, seed=12)  # replay
     res["warm_steps_s"] = round(sps, 1)
     res["warm_hit_rate"] = round(warm_env.envs[0].cache.hit_rate, 4)
-    # 3. training-like run: random questions, random policy, one shared cache
-    train_env = make_batched(8, base, comps)
+    # 3. training-like run: random questions of a training pool, random policy, one shared cache
+    train_env = make_batched(8, base.replace(max_questions=pool), comps)
     cache = train_env.envs[0].cache
     cache.hits = cache.misses = 0
     rng = np.random.default_rng(3)
@@ -88,7 +90,7 @@ def run(artifact: str | None, steps: int, episodes: int, oracle_questions: int, 
     while finished < episodes:
         _, _, te, tr, _ = train_env.step(_policy(rng, 8))
         finished += int(np.sum(te | tr))
-    res["training_run"] = {"episodes": finished, "hit_rate": round(cache.hit_rate, 4),
+    res["training_run"] = {"episodes": finished, "pool": pool, "hit_rate": round(cache.hit_rate, 4),
                            "records": len(cache)}
     # 4. oracle vs never / always on dev questions
     dev = RetrievalTimingEnv(base.replace(split="dev"), components=None)
@@ -119,7 +121,7 @@ def format_table(res: dict[str, Any]) -> str:
     for k in ("cold_batch1_steps_s", "cold_batch8_steps_s", "batch8_over_batch1", "warm_steps_s", "warm_hit_rate"):
         lines.append(f"| {k} | {res[k]} |")
     tr = res["training_run"]
-    lines.append(f"| training-like run hit rate ({tr['episodes']} episodes) | {tr['hit_rate']} |")
+    lines.append(f"| training-like run hit rate ({tr['episodes']} episodes, pool {tr['pool']}) | {tr['hit_rate']} |")
     lines += ["", f"Oracle vs fixed policies ({res['oracle']['n_questions']} dev questions, λ_retrieval = 0.1)", "",
               "| policy | accuracy | calls/question | reward |", "|---|---|---|---|"]
     for k in ("never", "always", "oracle"):
@@ -129,7 +131,7 @@ def format_table(res: dict[str, Any]) -> str:
 
 
 def _main(args) -> int:
-    res = run(args.artifact, args.steps, args.episodes, args.oracle_questions, args.out)
+    res = run(args.artifact, args.steps, args.episodes, args.oracle_questions, args.out, args.pool)
     print(format_table(res))
     log.info("wrote %s", Path(args.out).resolve() if args.out else "-")
     return 0

@@ -94,13 +94,15 @@ def _pct(xs: list[float], q: float) -> float:
 def timed_search(retriever: Any, queries: Sequence[str], k: int) -> tuple[list[list[str]], dict[str, float]]:
     """Search one query at a time; returns the ranked ids and latency statistics (ms)."""
     retriever.search([queries[0]], k=k)  # warm-up (lazy loads, first-call allocations)
-    ranked, lat = [], []
+    ranked, lat, cpu = [], [], []
     for q in queries:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         res = retriever.search([q], k=k)[0]
+        cpu.append((time.thread_time() - c0) * 1000)
         lat.append((time.perf_counter() - t0) * 1000)
         ranked.append([p.id for p in res])
-    return ranked, {"median_ms": statistics.median(lat), "p90_ms": _pct(lat, 0.9), "mean_ms": statistics.fmean(lat)}
+    return ranked, {"median_ms": statistics.median(lat), "p90_ms": _pct(lat, 0.9), "mean_ms": statistics.fmean(lat),
+                    "median_cpu_ms": statistics.median(cpu), "p90_cpu_ms": _pct(cpu, 0.9)}
 
 
 def batched_speedup(retriever: Any, queries: Sequence[str], k: int, batch: int = 32) -> dict[str, float]:
@@ -188,7 +190,8 @@ def hotpot_part(cfg: RetrievalBenchConfig, out: Path) -> dict[str, Any]:
             ranked, lat = timed_search(r, qtexts, cfg.k)
             row = {"system": name if vname == "default" else f"{name} ({vname})", "kind": kind,
                    **ranking_metrics(ranked, gold, ks=(2, 5, 10)), **lat,
-                   "build_s": manifest["build"]["seconds"], "size_mb": manifest["size_bytes"] / 1e6,
+                   "build_s": manifest["build"]["seconds"], "build_cpu_s": manifest["build"].get("cpu_seconds"),
+                   "size_mb": manifest["size_bytes"] / 1e6,
                    "load_s": load_s, "n_docs": manifest["n_docs"]}
             if vname == "default":
                 row["batched"] = batched_speedup(r, qtexts[:128], cfg.k)
@@ -385,10 +388,15 @@ def format_markdown(result: dict[str, Any]) -> str:
                       f"{h['eval_gold_that_are_train_positives']} of {h['eval_gold_total']} scored gold "
                       "paragraphs are also training positives)", ""]
         parts.append(_table(
-            ["system", "R@2", "R@5", "R@10", "all@10", "MRR@10", "median ms", "p90 ms", "build s", "size MB",
-             "batch x"],
+            ["system", "R@2", "R@5", "R@10", "all@10", "MRR@10", "median ms", "p90 ms", "median CPU ms",
+             "p90 CPU ms", "build s", "build CPU s", "size MB", "batch x"],
             [[r["system"], r["R@2"], r["R@5"], r["R@10"], r["all@10"], r["MRR"], r["median_ms"], r["p90_ms"],
-              r["build_s"], r["size_mb"], r.get("batched", {}).get("speedup", "")] for r in h["rows"]]))
+              r.get("median_cpu_ms", ""), r.get("p90_cpu_ms", ""), r["build_s"], r.get("build_cpu_s") or "-",
+              r["size_mb"],
+              r.get("batched", {}).get("speedup", "")] for r in h["rows"]]))
+        parts.append("\nLatency: one query at a time on one thread; wall clock and the thread's CPU time (the "
+                     "CPU time is what contention from other processes on a shared machine does not inflate). "
+                     "batch x: batched (32) over one-at-a-time throughput in the same run.")
     if "microworld" in result:
         m = result["microworld"]
         parts += ["", f"## Micro-world query modes ({m['n_passages']} passages, {m['n_steps']} chain steps; "

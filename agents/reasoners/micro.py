@@ -96,29 +96,27 @@ class MicroReasoner:
         outs = self._run([s.gen for s in states])
         return [self._to_step(s, o, dt) for s, (o, dt) in zip(states, outs)]
 
-    def regenerate(self, states: list[MicroState], evidence: list[list[str]], mode: str = "step"
-                   ) -> list[tuple[Step, MicroState]]:
-        """Regenerate the next line with evidence.
+    def with_evidence(self, state: MicroState, evidence: list[str], mode: str = "step") -> MicroState:
+        """The state whose next step is the regeneration of ``state``'s next step with ``evidence``.
 
         ``step`` mode appends ``Evidence : …`` lines after the accepted steps (the prefix's KV cache is
         reused); ``front`` mode adds them before the question (the context changes from the start, so the
-        whole prefix is re-encoded).
+        whole prefix is re-encoded). Batchers use this to serve regenerations and plain next steps in one
+        generation call.
         """
-        gens, bases = [], []
-        for s, ev in zip(states, evidence):
-            if mode == "step":
-                extra = self.tok.encode(" ".join(f"Evidence : {e} \n" for e in ev))
-                gens.append(s.gen.extend(extra))
-                bases.append(s)
-            elif mode == "front":
-                front = s.front + tuple(ev)
-                ids = self.tok.encode(self._lines(s.question, front, s.steps))
-                gens.append(GenState(ids))
-                bases.append(MicroState(s.question, front, s.steps, None))
-            else:
-                raise ValueError(f"unknown injection mode '{mode}' (valid: front, step)")
-        outs = self._run(gens)
-        return [self._to_step(b, o, dt) for b, (o, dt) in zip(bases, outs)]
+        if mode == "step":
+            extra = self.tok.encode(" ".join(f"Evidence : {e} \n" for e in evidence))
+            return MicroState(state.question, state.front, state.steps, state.gen.extend(extra), state.done)
+        if mode == "front":
+            front = state.front + tuple(evidence)
+            ids = self.tok.encode(self._lines(state.question, front, state.steps))
+            return MicroState(state.question, front, state.steps, GenState(ids))
+        raise ValueError(f"unknown injection mode '{mode}' (valid: front, step)")
+
+    def regenerate(self, states: list[MicroState], evidence: list[list[str]], mode: str = "step"
+                   ) -> list[tuple[Step, MicroState]]:
+        """Regenerate the next line of each state with its evidence (see :meth:`with_evidence`)."""
+        return self.next_step([self.with_evidence(s, ev, mode) for s, ev in zip(states, evidence)])
 
     def snapshot(self, state: MicroState) -> dict:
         """Picklable state description (see :func:`snapshot`)."""

@@ -208,6 +208,10 @@ class ColBERTRetriever:
         log.info("ColBERT: indexing %d passages with %s (nbits=%d); colbert encodes every passage twice below "
                  "~30k passages (k-means sample = all, then the index): minutes on one CPU thread",
                  len(collection), ckpt.name, config.nbits)
+        import faiss
+        import torch
+
+        faiss.omp_set_num_threads(torch.get_num_threads())  # k-means follows the caller's thread budget
         with quiet_colbert(), _quiet_fd1(), Run().context(run):  # faiss k-means prints from C
             indexer = Indexer(checkpoint=str(ckpt), config=ccfg, verbose=0)
             indexer.index(name=out_dir.name, collection=collection, overwrite="force_silent_overwrite")

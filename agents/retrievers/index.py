@@ -155,9 +155,9 @@ def build_index(kind: str, corpus: Corpus, out: str | Path, config: ConfigBase |
     fingerprint = corpus.fingerprint()
     built_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     index_id = hashlib.sha256(json.dumps([kind, fingerprint, cfg.to_dict(), built_at]).encode()).hexdigest()[:16]
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     retriever = cls.build(corpus, cfg, out_dir=out / cls.subdir, index_id=index_id)
-    seconds = time.perf_counter() - t0
+    seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
     files = _files(out, cls.subdir)
     probe_ids = [corpus[i].id for i in probe_positions(len(corpus), probe_n)]
     ranks = run_probe(retriever, corpus, probe_ids, probe_k) if probe_ids else []
@@ -173,7 +173,8 @@ def build_index(kind: str, corpus: Corpus, out: str | Path, config: ConfigBase |
         "n_docs": len(corpus),
         "corpus": {"spec": corpus_spec, "source": corpus.source, "fingerprint": fingerprint},
         "config": retriever.config.to_dict(),  # as resolved by the build (e.g. an absolute checkpoint path)
-        "build": {"built_at": built_at, "seconds": round(seconds, 3), "versions": _versions(kind)},
+        "build": {"built_at": built_at, "seconds": round(seconds, 3), "cpu_seconds": round(cpu_seconds, 3),
+                  "versions": _versions(kind)},
         "files": files,
         "size_bytes": sum(files.values()),
         "probe": {"k": probe_k, "ids": probe_ids, "ranks": ranks},

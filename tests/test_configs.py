@@ -1,0 +1,38 @@
+"""Every shipped preset loads into its typed config; unknown keys name the key and the valid ones."""
+
+from pathlib import Path
+
+import pytest
+
+from envs.config import ConfigError
+from envs.env_config import EnvConfig
+from envs.microworld.config import BuildConfig
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+KINDS = {"microworld_build.yaml": BuildConfig, "microworld_tiny.yaml": BuildConfig, "env_microworld.yaml": EnvConfig}
+
+
+@pytest.mark.parametrize("name", sorted(KINDS))
+def test_shipped_presets_load(name):
+    cfg = KINDS[name].from_yaml(CONFIGS / name)
+    assert KINDS[name].from_dict(cfg.to_dict()) == cfg
+
+
+def test_every_config_file_is_covered():
+    assert {p.name for p in CONFIGS.glob("*.yaml")} <= set(KINDS) | {p.name for p in CONFIGS.glob("train_*.yaml")}
+
+
+def test_errors(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("world:\n  n_people: many\n")
+    with pytest.raises(ConfigError, match="n_people' must be an integer"):
+        BuildConfig.from_yaml(p)
+    p.write_text("[1, 2]\n")
+    with pytest.raises(ConfigError, match="top level must be a mapping"):
+        BuildConfig.from_yaml(p)
+    with pytest.raises(ConfigError, match="config file not found"):
+        BuildConfig.from_yaml(tmp_path / "missing.yaml")
+    with pytest.raises(ConfigError, match=r"unknown config key 'injectoin' \(valid keys: .*injection"):
+        EnvConfig.from_dict({"injectoin": "step"})
+    with pytest.raises(ConfigError, match="injection must be"):
+        EnvConfig.from_dict({"injection": "middle"})
