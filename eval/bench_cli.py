@@ -17,6 +17,7 @@ from typing import Any
 BENCHES: dict[str, str] = {
     "retrieval": "eval.retrieval_bench:register",
     "env": "eval.env_bench:register",
+    "detection": "eval.detection_bench:register",
 }
 
 

@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "index": "agents.retrievers.cli:register_index",
     "retriever": "agents.retrievers.cli:register_retriever",
     "bench": "eval.bench_cli:register",
+    "train": "train.cli:register",
 }
 
 

@@ -295,7 +295,8 @@ def cache_part(cfg: RetrievalBenchConfig, out: Path) -> dict[str, Any]:
             st = cached.stats
             rows.append({"mode": mode, "prefetch": prefetch, "lookups": st.lookups, "hit_rate": st.hit_rate,
                          "prefetch_hit_rate": st.prefetch_hit_rate, "prefetch_precision": st.prefetch_precision,
-                         "prefetch_queries_per_lookup": (pf.issued / st.lookups) if pf else 0.0})
+                         "prefetch_candidates_per_lookup": (pf.issued / st.lookups) if pf else 0.0,
+                         "prefetch_searches_per_lookup": st.prefetched / st.lookups})
     # latency of a memory hit, a disk hit and a BM25 search (same queries)
     db = out / "cache_bench.sqlite"
     db.unlink(missing_ok=True)
@@ -408,9 +409,13 @@ def format_markdown(result: dict[str, Any]) -> str:
         parts += ["", f"## Caches ({c['retriever']}, {c['n_chains']} multi-hop micro-world chains, top-3 lookups)",
                   ""]
         parts.append(_table(["mode", "prefetch", "lookups", "hit rate", "prefetch hit rate", "prefetch precision",
-                             "prefetch queries / lookup"],
+                             "prefetch candidates / lookup", "prefetch searches / lookup"],
                             [[r["mode"], r["prefetch"], r["lookups"], r["hit_rate"], r["prefetch_hit_rate"],
-                              r["prefetch_precision"], r["prefetch_queries_per_lookup"]] for r in c["rows"]]))
+                              r["prefetch_precision"], r["prefetch_candidates_per_lookup"],
+                              r["prefetch_searches_per_lookup"]] for r in c["rows"]]))
+        parts.append("\nhit rate: share of lookups answered from the cache (steps repeat across questions); prefetch "
+                     "hit rate: share answered by an entry a prefetch stored; precision: share of prefetched entries "
+                     "used later; searches: prefetch candidates that were not cached yet.")
         lat = c["latency_ms"]
         parts += ["", "| latency (ms) | value |", "|---|---|"]
         parts += [f"| {k} | {v:.4f} |" for k, v in lat.items()]

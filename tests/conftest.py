@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+TINY_CONFIG = REPO / "configs" / "microworld_tiny.yaml"
 SHARED_DATA = Path(os.environ.get("KAIROS_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 
@@ -24,12 +25,6 @@ def tiny_world(tmp_path_factory):
     from envs.microworld.build import train_world
     from envs.microworld.config import BuildConfig
 
-    cfg = BuildConfig.from_dict({
-        "name": "tiny",
-        "world": {"n_people": 12, "n_cities": 3, "n_companies": 3, "max_hops": 3},
-        "model": {"n_layers": 2, "hidden": 32, "heads": 2, "intermediate": 64},
-        "train": {"tokens": 6000, "batch_tokens": 600, "warmup_steps": 2, "threads": 1, "log_every": 5,
-                  "checkpoint_every": 4},
-    })
+    cfg = BuildConfig.from_yaml(TINY_CONFIG)
     out = tmp_path_factory.mktemp("tiny_world")
     return train_world(cfg, out, progress=False)

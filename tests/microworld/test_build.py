@@ -4,21 +4,17 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from envs.microworld.artifact import ArtifactError, load_artifact
 from envs.microworld.build import train_world
 from envs.microworld.config import BuildConfig
 
-TINY = {
-    "name": "tiny",
-    "world": {"n_people": 12, "n_cities": 3, "n_companies": 3, "max_hops": 3},
-    "model": {"n_layers": 2, "hidden": 32, "heads": 2, "intermediate": 64},
-    "train": {"tokens": 6000, "batch_tokens": 600, "warmup_steps": 2, "threads": 1, "log_every": 5,
-              "checkpoint_every": 4},
-}
+TINY = yaml.safe_load((Path(__file__).resolve().parents[2] / "configs" / "microworld_tiny.yaml").read_text())
 
 
 def _weights_hash(world) -> str:
@@ -92,8 +88,6 @@ def test_missing_and_corrupt_artifacts_are_clear_errors(tmp_path, tiny_world):
 
 
 def test_cli_build_smoke_and_bad_config(tmp_path):
-    import yaml
-
     cfg = tmp_path / "w.yaml"
     cfg.write_text(yaml.safe_dump(TINY))
     out = tmp_path / "cli_world"

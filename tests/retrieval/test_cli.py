@@ -72,5 +72,5 @@ def test_bench_retrieval_bm25_only(tmp_path, capsys):
     modes = {r["mode"] for r in result["microworld"]["rows"]}
     assert modes == {"step", "content_words", "question_step", "info_need", "question"}
     info_need = [r for r in result["cache"]["rows"] if r["mode"] == "info_need" and r["prefetch"]][0]
-    assert info_need["prefetch_hit_rate"] > 0
+    assert info_need["prefetch_hit_rate"] > 0 and info_need["prefetch_searches_per_lookup"] > 0
     assert (out / "retrieval_bench.md").is_file()

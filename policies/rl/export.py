@@ -1,0 +1,115 @@
+"""Export a learned policy (plain torch state dict + JSON spec) and wrap it as a :class:`Trigger`.
+
+No Ray needed to load: ``load_policy(dir)`` rebuilds :class:`PolicyNet` from ``spec.json`` and loads
+``weights.pt``. ``export_policy(net, dir, heads=("retrieve",))`` writes only the trunk plus the named heads,
+so the retrieval trigger and the QueryGen head can be shipped (and swapped) on their own.
+
+Example:
+    >>> import tempfile
+    >>> from policies.rl.net import PolicyNet, PolicySpec
+    >>> net = PolicyNet(PolicySpec(fields={"pulse": 3}, arch="mlp"))
+    >>> d = export_policy(net, tempfile.mkdtemp())
+    >>> LearnedTrigger.load(d).decide({"pulse": [0.0, 0.0, 0.0]}, {})
+    0
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from policies.rl.net import PolicyNet, PolicySpec
+
+_HEAD_PREFIX = {"retrieve": "retrieve_head.", "query": "query_head.", "value": "value_head."}
+
+
+def export_policy(net: PolicyNet, out_dir: str | Path, heads: tuple[str, ...] = ("retrieve", "query"),
+                  extra: dict[str, Any] | None = None) -> Path:
+    """Write ``spec.json`` and ``weights.pt`` (trunk + the chosen heads) atomically into ``out_dir``."""
+    bad = [h for h in heads if h not in _HEAD_PREFIX]
+    if bad:
+        raise ValueError(f"export_policy: unknown head '{bad[0]}' (valid: {', '.join(_HEAD_PREFIX)})")
+    out = Path(out_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    dropped = tuple(p for h, p in _HEAD_PREFIX.items() if h not in heads)
+    state = {k: v.detach().cpu() for k, v in net.state_dict().items() if not k.startswith(dropped)}
+    meta = {"spec": net.spec.to_dict(), "heads": [h for h in heads if h != "query" or net.query_head is not None],
+            **(extra or {})}
+    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
+    torch.save(state, tmp / "weights.pt")
+    (tmp / "spec.json").write_text(json.dumps(meta, indent=2))
+    if out.exists():
+        old = out.with_name(out.name + ".old")
+        os.rename(out, old)
+        os.rename(tmp, out)
+        for f in old.iterdir():
+            f.unlink()
+        old.rmdir()
+    else:
+        os.rename(tmp, out)
+    return out
+
+
+def load_policy(path: str | Path) -> tuple[PolicyNet, dict[str, Any]]:
+    """``(net, meta)`` from an exported directory; heads that were not exported keep their fresh init."""
+    path = Path(path)
+    meta = json.loads((path / "spec.json").read_text())
+    net = PolicyNet(PolicySpec.from_dict(meta["spec"]))
+    state = torch.load(path / "weights.pt", map_location="cpu", weights_only=True)
+    missing, unexpected = net.load_state_dict(state, strict=False)
+    if unexpected:
+        raise ValueError(f"{path}: weights do not match spec.json (unexpected keys {unexpected[:3]})")
+    allowed = tuple(p for h, p in _HEAD_PREFIX.items() if h not in meta["heads"])
+    bad = [k for k in missing if not k.startswith(allowed)]
+    if bad:
+        raise ValueError(f"{path}: weights miss {bad[:3]}")
+    net.eval()
+    return net, meta
+
+
+class LearnedTrigger:
+    """A learned policy as a greedy :class:`policies.triggers.Trigger`.
+
+    ``decide`` returns ``retrieve`` (0/1), or ``(retrieve, mode)`` when the policy has a query head and
+    ``querygen=True`` (the env's QueryGen action space).
+    """
+
+    def __init__(self, net: PolicyNet, name: str = "learned", querygen: bool | None = None):
+        self.net = net.eval()
+        self.name = name
+        self.querygen = (net.query_head is not None) if querygen is None else querygen
+
+    @classmethod
+    def load(cls, path: str | Path, name: str | None = None, querygen: bool | None = None) -> LearnedTrigger:
+        net, meta = load_policy(path)
+        q = querygen if querygen is not None else ("query" in meta["heads"] and net.query_head is not None)
+        return cls(net, name=name or meta.get("name", Path(path).name), querygen=q)
+
+    def reset(self, seed: int | None = None) -> None:
+        return None
+
+    def probs(self, observation: dict[str, Any]) -> tuple[float, np.ndarray]:
+        """``(π(retrieve=1), π(mode))`` of one observation."""
+        obs = {k: torch.as_tensor(np.asarray(observation[k], dtype=np.float32)).reshape(1, -1)
+               for k in self.net.names}
+        with torch.no_grad():
+            out = self.net.forward_heads(obs)
+        return (float(torch.softmax(out["retrieve_logits"], -1)[0, 1]),
+                torch.softmax(out["mode_logits"], -1)[0].numpy())
+
+    def decide(self, observation: dict[str, Any], info: dict[str, Any]):
+        p, modes = self.probs(observation)
+        r = int(p > 0.5)
+        if self.querygen:
+            return (r, int(np.argmax(modes)))
+        return r
+
+    def describe(self) -> str:
+        s = self.net.spec
+        return f"{self.name}: learned {s.arch} policy (d_model={s.d_model}, query head={self.querygen})"

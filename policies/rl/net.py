@@ -1,0 +1,123 @@
+"""The policy network, in plain torch: one token per observation field → transformer encoder (or MLP) → heads.
+
+Every field of the Dict observation (``pulse``, ``output``, ``rsus``, ``history``, ``mask``, …) is squashed
+(``sign(x)·log1p|x|``, so unbounded signals stay tame), projected linearly to ``d_model`` and tagged with a
+learned field embedding. A learned ``[CLS]`` token joins them; the encoder's output at ``[CLS]`` feeds three
+heads: ``retrieve`` (2 logits), ``query`` (one logit per QueryGen mode; absent with one mode) and ``value``.
+
+``arch="mlp"`` replaces the encoder by an MLP over the concatenated field tokens (a cheaper baseline).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import torch
+from torch import nn
+
+#: parameter groups that can be frozen (see :meth:`PolicyNet.freeze`)
+GROUPS = ("trunk", "retrieve", "query", "value")
+
+
+@dataclass
+class PolicySpec:
+    """Shape of a :class:`PolicyNet` (saved as JSON next to an exported state dict)."""
+
+    fields: dict[str, int]                 # observation field -> its (flat) dimension, in token order
+    n_modes: int = 1                       # QueryGen modes (1: no query head)
+    arch: str = "transformer"              # transformer | mlp
+    d_model: int = 32
+    n_layers: int = 1
+    n_heads: int = 2
+    ff_dim: int = 64
+    query_modes: list[str] = field(default_factory=list)  # names of the modes (informational)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> PolicySpec:
+        return cls(**d)
+
+
+def squash(x: torch.Tensor) -> torch.Tensor:
+    """``sign(x)·log1p(|x|)`` with non-finite values zeroed (robust to unbounded signal ranges)."""
+    x = torch.nan_to_num(x.float(), nan=0.0, posinf=1e4, neginf=-1e4)
+    return torch.sign(x) * torch.log1p(torch.abs(x))
+
+
+class PolicyNet(nn.Module):
+    """Field tokens → encoder → heads (retrieve, query mode, value). See the module docstring."""
+
+    def __init__(self, spec: PolicySpec):
+        super().__init__()
+        if spec.arch not in ("transformer", "mlp"):
+            raise ValueError(f"PolicyNet: arch must be 'transformer' or 'mlp', got '{spec.arch}'")
+        self.spec = spec
+        d = spec.d_model
+        self.names = list(spec.fields)
+        self.proj = nn.ModuleDict({k: nn.Linear(n, d) for k, n in spec.fields.items()})
+        self.field_emb = nn.Parameter(torch.randn(len(self.names), d) * 0.02)
+        self.norm = nn.LayerNorm(d)
+        if spec.arch == "transformer":
+            self.cls = nn.Parameter(torch.zeros(1, 1, d))
+            layer = nn.TransformerEncoderLayer(d, spec.n_heads, dim_feedforward=spec.ff_dim, dropout=0.0,
+                                               batch_first=True, norm_first=True)
+            self.encoder = nn.TransformerEncoder(layer, spec.n_layers, enable_nested_tensor=False)
+        else:
+            self.encoder = nn.Sequential(nn.Linear(d * len(self.names), spec.ff_dim), nn.Tanh(),
+                                         nn.Linear(spec.ff_dim, d), nn.Tanh())
+        self.retrieve_head = nn.Linear(d, 2)
+        self.query_head = nn.Linear(d, spec.n_modes) if spec.n_modes > 1 else None
+        self.value_head = nn.Linear(d, 1)
+        # start near uniform so early exploration is not decided by the init
+        for head in (self.retrieve_head, self.query_head):
+            if head is not None:
+                nn.init.zeros_(head.weight)
+                nn.init.zeros_(head.bias)
+
+    def group_parameters(self, group: str) -> list[nn.Parameter]:
+        """Parameters of one group: ``trunk`` (projections, embeddings, encoder), ``retrieve``, ``query``, ``value``."""
+        if group == "retrieve":
+            return list(self.retrieve_head.parameters())
+        if group == "query":
+            return list(self.query_head.parameters()) if self.query_head is not None else []
+        if group == "value":
+            return list(self.value_head.parameters())
+        if group == "trunk":
+            heads = {id(p) for g in ("retrieve", "query", "value") for p in self.group_parameters(g)}
+            return [p for p in self.parameters() if id(p) not in heads]
+        raise ValueError(f"unknown parameter group '{group}' (valid: {', '.join(GROUPS)})")
+
+    def freeze(self, groups: list[str] | tuple[str, ...]) -> None:
+        """Stop gradients into the named groups (e.g. ``["trunk", "retrieve"]`` trains only QueryGen)."""
+        for g in groups:
+            for p in self.group_parameters(g):
+                p.requires_grad_(False)
+
+    def encode(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``[B, d_model]`` summary of a batch of Dict observations."""
+        toks = [self.proj[k](squash(obs[k].reshape(obs[k].shape[0], -1))) for k in self.names]
+        x = self.norm(torch.stack(toks, dim=1) + self.field_emb)  # [B, F, d]
+        if self.spec.arch == "transformer":
+            x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], dim=1)
+            return self.encoder(x)[:, 0]
+        return self.encoder(x.flatten(1))
+
+    def forward_heads(self, obs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """``retrieve_logits [B, 2]``, ``mode_logits [B, n_modes]`` (zeros without a query head), ``value [B]``."""
+        h = self.encode(obs)
+        r = self.retrieve_head(h)
+        m = self.query_head(h) if self.query_head is not None else torch.zeros(h.shape[0], 1, device=h.device)
+        return {"retrieve_logits": r, "mode_logits": m, "value": self.value_head(h).squeeze(-1)}
+
+
+def floor_logits(logits: torch.Tensor, floor: float) -> torch.Tensor:
+    """Mix a 2-way softmax with uniform so each action keeps probability ≥ ``floor``; returns log-probs.
+
+    ``p' = floor + (1 − 2·floor)·p``. The argmax is unchanged, so greedy decisions are unaffected.
+    """
+    if floor <= 0:
+        return logits
+    p = torch.softmax(logits, dim=-1)
+    return torch.log(floor + (1.0 - 2.0 * floor) * p)

@@ -1,0 +1,128 @@
+"""``kairos bench detection`` end to end on the tiny world with synthetic cached step datasets, and its CLI errors."""
+
+import json
+
+import numpy as np
+import pytest
+
+from eval.detection_bench import DETECTORS, METRICS, DetectionBenchConfig, bootstrap_indices, run_bench
+from policies.probes.dataset import StepDataset, artifact_fingerprint, dataset_cache_path, select_questions
+
+KINDS = ("mislearned", "conflicting", "unseen", "evidence_only")
+
+
+def _synthetic(qs, people, seed):
+    """Two steps per question. Errors take a larger layer-0 -> 1 step (PUlSE-separable); 'unseen' errors also
+    have a low MinProb, MISLEARNED ones are as confident as correct steps."""
+    rng = np.random.default_rng(seed)
+    n = 2 * len(qs)
+    y = (rng.random(n) < 0.35).astype(np.int8)
+    h = rng.normal(size=(n, 3, 16)).astype(np.float32)
+    h[:, 1] = h[:, 0] + rng.normal(size=(n, 16)) * (0.3 + 1.0 * y[:, None])
+    h[:, 2] = h[:, 1] + 0.1 * rng.normal(size=(n, 16))
+    kinds = np.where(y == 1, rng.choice(KINDS, n), "")
+    minprob = np.where(kinds == "unseen", rng.uniform(0.05, 0.4, n), rng.uniform(0.7, 1.0, n))
+    maxprob = np.clip(minprob + 0.05, 0, 1)
+    ppl = 1 / minprob
+    entropy = 1 - maxprob + rng.uniform(0, 0.1, n)
+    output = np.stack([ppl, maxprob, entropy, minprob], axis=1).astype(np.float32)
+    subjects = np.array([q.head if i % 2 == 0 else people[rng.integers(len(people))]
+                         for q in qs for i in range(2)])
+    return StepDataset(
+        hidden_mean=h, hidden_last=h, output=output, labels=y, label_names=np.where(y == 1, "wrong", "correct"),
+        error_kinds=kinds, question_ids=np.repeat([q.id for q in qs], 2), subjects=subjects,
+        relations=np.repeat([q.path[0] for q in qs], 2), step_index=np.tile([1, 2], len(qs)).astype(np.int16),
+        hops=np.repeat([q.hops for q in qs], 2).astype(np.int8), question_correct=np.zeros(n, bool),
+        contents=np.array(["A 's mother is B ."] * n), meta={"synthetic": True, "n_questions": len(qs)})
+
+
+@pytest.fixture
+def seeded_cache(tiny_world, tmp_path):
+    """Synthetic step datasets where the benchmark looks for its cache (so nothing is generated)."""
+    cache = tmp_path / "cache"
+    fp = artifact_fingerprint(tiny_world.path)
+    people = tiny_world.kb.entities["person"]
+    sizes = {}
+    for split, n, seed in (("train", 120, 0), ("test", 60, 1)):
+        qs = select_questions(tiny_world.questions[split], n, 0)
+        sizes[split] = len(qs)
+        _synthetic(qs, people, seed).save(dataset_cache_path(cache, fp, [q.id for q in qs], 24))
+    return cache, sizes
+
+
+def test_end_to_end_outputs_metrics_and_cis(tiny_world, seeded_cache, tmp_path, capsys):
+    from eval.cli import main
+
+    cache, sizes = seeded_cache
+    out = tmp_path / "out"
+    rc = main(["bench", "detection", "--artifact", str(tiny_world.path), "--out", str(out), "--cache-dir", str(cache),
+               "--n-train-questions", str(sizes["train"]), "--n-test-questions", str(sizes["test"]),
+               "--n-boot", "200", "--max-epochs", "40", "--patience", "8", "--reprobe-max-epochs", "5",
+               "--interval-search", "named", "--progress", "false"])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "PUlSE probe" in printed and "AUROC" in printed
+    for f in ("detection_bench.md", "detection_bench.json", "roc.png"):
+        assert (out / f).is_file() and (out / f).stat().st_size > 0
+    res = json.loads((out / "detection_bench.json").read_text())
+    assert set(res["splits"]) == {"question", "entity"}
+    for name, sp in res["splits"].items():
+        assert set(sp["detectors"]) == set(DETECTORS)
+        for det, d in sp["detectors"].items():
+            for m in METRICS:
+                v, (lo, hi) = d[m], d[f"{m}_ci95"]
+                assert 0.0 <= v <= 1.0, (name, det, m, v)
+                assert lo - 1e-9 <= v <= hi + 1e-9, (name, det, m, v, lo, hi)
+        assert sp["detectors"]["pulse"]["auroc"] > 0.75  # the synthetic errors are PUlSE-separable
+        assert set(sp["by_error_kind"]) == set(KINDS)
+        for row in sp["by_error_kind"].values():
+            assert 0 < row["error_ratio"] < 1
+            assert all(0 <= r["auroc"] <= 1 and 0 <= r["pr_auc"] <= 1 for r in row["detectors"].values())
+        # MinProb sees 'unseen' errors but not MISLEARNED ones (as built)
+        assert sp["by_error_kind"]["unseen"]["detectors"]["minprob"]["auroc"] > 0.9
+        assert sp["by_error_kind"]["mislearned"]["detectors"]["minprob"]["auroc"] < 0.75
+        assert sp["hedging"]["n_hedging_steps"] == 0 and "no step matches" in sp["hedging"]["note"]
+        for prefix in ("interval early", "interval whole", "interval chosen on validation", "parts magnitude only",
+                       "parts angle only", "parts both"):
+            assert any(k.startswith(prefix) for k in sp["ablations"]), prefix
+        assert sp["interval_search"]["used"] == sp["interval_search"]["chosen"]
+    ent = res["splits"]["entity"]["info"]
+    assert ent["held_out_subjects"] and ent["test_steps"] < res["data"]["test"]["steps"]
+    cal = res["calibration"]["rows"]
+    assert {"correct", *KINDS} <= set(cal) and cal["mislearned"]["mean_minprob"] > cal["unseen"]["mean_minprob"]
+    md = (out / "detection_bench.md").read_text()
+    for title in ("## Main table", "## Per error kind", "## Calibration", "## PUlSE ablations", "## Non-hedging"):
+        assert title in md
+
+
+def test_bootstrap_resamples_whole_questions():
+    groups = np.array(["a", "a", "b", "c", "c", "c"])
+    for idx in bootstrap_indices(groups, 20, seed=0):
+        assert len(idx) in range(3, 10)
+        for g in np.unique(groups[idx]):  # a question is drawn with all its steps (a multiple of its size)
+            assert (groups[idx] == g).sum() % (groups == g).sum() == 0
+    a, b = bootstrap_indices(groups, 5, 1), bootstrap_indices(groups, 5, 1)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("split", ["shifted", "hotpotqa", "question,hotpotqa"])
+def test_cli_unimplemented_splits_are_a_clear_error(split, tmp_path, capsys):
+    from eval.cli import main
+
+    assert main(["bench", "detection", "--split", split, "--out", str(tmp_path / "o")]) != 0
+    err = capsys.readouterr().err
+    assert "not implemented yet" in err and split.split(",")[-1] in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_unknown_split_api_refusal_and_help(tmp_path, capsys):
+    from eval.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "detection", "--help"])
+    assert e.value.code == 0 and "--n-boot" in capsys.readouterr().out
+
+    assert main(["bench", "detection", "--split", "entiti", "--out", str(tmp_path / "o")]) == 2
+    assert "unknown split 'entiti'" in capsys.readouterr().err
+    with pytest.raises(NotImplementedError, match="not implemented yet"):
+        run_bench(DetectionBenchConfig(splits=["shifted"], out=str(tmp_path / "o")))

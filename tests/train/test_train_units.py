@@ -1,0 +1,188 @@
+"""Fast unit tests of the training pieces: the REINFORCE loss (hand-computed), the action distribution,
+the policy net (freeze, export, load, Trigger wrapper), schedules, config and the curriculum applier."""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from envs.config import ConfigError
+from policies.rl.export import LearnedTrigger, export_policy, load_policy
+from policies.rl.net import PolicyNet, PolicySpec, floor_logits
+from train.config import ScheduleConfig, TrainConfig
+from train.curriculum import Curriculum, apply_cost_weights, schedule_value
+from train.reinforce import reinforce_loss
+
+LOGP = torch.tensor([-0.5, -1.0, -0.2])
+ENT = torch.tensor([0.6, 0.5, 0.4])
+RET = torch.tensor([1.0, 0.0, 0.5])
+VAL = torch.tensor([0.2, 0.1, 0.4])
+
+
+@pytest.mark.parametrize("baseline,normalize,expected", [
+    # none: -mean(logp·G) = -mean(-0.5, 0, -0.1) = 0.2; entropy bonus 0.1·0.5
+    ("none", False, 0.2 - 0.05),
+    # mean: A = G − 0.5 = (0.5, −0.5, 0) → -mean(−0.25, 0.5, 0) = −1/12
+    ("mean", False, -1 / 12 - 0.05),
+    # value: A = G − V = (0.8, −0.1, 0.1) → -mean(−0.4, 0.1, −0.02) = 0.32/3; vf = mean(.64,.01,.01) = 0.22
+    ("value", False, 0.32 / 3 - 0.05 + 0.5 * 0.22),
+    # none + scaling: A = G / std(G), std = sqrt(1/6)
+    ("none", True, 0.2 / math.sqrt(1 / 6) - 0.05),
+])
+def test_reinforce_loss_hand_computed(baseline, normalize, expected):
+    out = reinforce_loss(LOGP, ENT, RET, VAL, baseline=baseline, normalize_advantages=normalize,
+                         entropy_coeff=0.1, vf_loss_coeff=0.5)
+    assert float(out["total_loss"]) == pytest.approx(expected, abs=1e-5)
+    assert float(out["entropy"]) == pytest.approx(0.5)
+
+
+def test_value_baseline_is_detached_in_policy_term():
+    v = VAL.clone().requires_grad_(True)
+    logp = LOGP.clone().requires_grad_(True)
+    out = reinforce_loss(logp, ENT, RET, v, baseline="value", normalize_advantages=False, entropy_coeff=0.0,
+                         vf_loss_coeff=1.0)
+    out["total_loss"].backward()
+    # only the MSE reaches V: d/dV mean((V−G)²) = 2(V−G)/n
+    assert torch.allclose(v.grad, 2 * (VAL - RET) / 3, atol=1e-6)
+    assert torch.allclose(logp.grad, -(RET - VAL) / 3, atol=1e-6)
+    with pytest.raises(ValueError):
+        reinforce_loss(LOGP, ENT, RET, None, baseline="value", normalize_advantages=False, entropy_coeff=0.0)
+
+
+def test_querygen_logp_counts_only_when_retrieving():
+    from policies.rl.module import RetrieveQueryDistribution
+
+    logits = torch.log(torch.tensor([[0.75, 0.25, 0.1, 0.2, 0.3, 0.4]] * 2))
+    d = RetrieveQueryDistribution.from_logits(logits)
+    lp = d.logp((torch.tensor([0, 1]), torch.tensor([3, 3])))
+    p_mode = torch.softmax(logits[0, 2:], -1)[3]
+    assert lp[0] == pytest.approx(math.log(0.75), abs=1e-5)
+    assert lp[1] == pytest.approx(math.log(0.25) + math.log(float(p_mode)), abs=1e-5)
+    h_mode = -(torch.softmax(logits[0, 2:], -1) * torch.log_softmax(logits[0, 2:], -1)).sum()
+    h_r = -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))
+    assert float(d.entropy()[0]) == pytest.approx(h_r + 0.25 * float(h_mode), abs=1e-5)
+    r, m = d.to_deterministic().sample()
+    assert r.tolist() == [0, 0] and m.tolist() == [3, 3]
+    plain = RetrieveQueryDistribution.from_logits(logits[:, :2])
+    assert plain.sample().shape == (2,)
+
+
+def test_exploration_floor_keeps_argmax():
+    lp = floor_logits(torch.tensor([[10.0, -10.0]]), 0.05)
+    p = lp.exp()[0]
+    assert float(p[1]) == pytest.approx(0.05, abs=1e-4) and float(p.sum()) == pytest.approx(1.0)
+    assert int(lp.argmax()) == 0
+
+
+FIELDS = {"pulse": 12, "output": 4, "rsus": 4, "history": 4, "mask": 3}
+
+
+def _obs(b=5):
+    return {k: torch.randn(b, n) for k, n in FIELDS.items()}
+
+
+@pytest.mark.parametrize("arch", ["transformer", "mlp"])
+def test_policy_net_shapes_and_freeze(arch):
+    net = PolicyNet(PolicySpec(fields=FIELDS, n_modes=4, arch=arch))
+    out = net.forward_heads(_obs())
+    assert out["retrieve_logits"].shape == (5, 2) and out["mode_logits"].shape == (5, 4)
+    assert out["value"].shape == (5,)
+    net.freeze(["trunk", "retrieve"])
+    assert all(not p.requires_grad for p in net.group_parameters("retrieve") + net.group_parameters("trunk"))
+    assert all(p.requires_grad for p in net.group_parameters("query"))
+    with pytest.raises(ValueError):
+        net.group_parameters("nope")
+
+
+def test_export_each_head_and_trigger(tmp_path):
+    torch.manual_seed(0)
+    net = PolicyNet(PolicySpec(fields=FIELDS, n_modes=4))
+    for p in net.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    d_trig = export_policy(net, tmp_path / "trig", heads=("retrieve",))
+    d_all = export_policy(net, tmp_path / "all", heads=("retrieve", "query", "value"))
+    d_q = export_policy(net, tmp_path / "q", heads=("query",))
+    obs = _obs(3)
+    ref = net.forward_heads(obs)
+    trig, meta = load_policy(d_trig)
+    assert meta["heads"] == ["retrieve"]
+    assert torch.allclose(trig.forward_heads(obs)["retrieve_logits"], ref["retrieve_logits"], atol=1e-6)
+    full, _ = load_policy(d_all)
+    assert torch.allclose(full.forward_heads(obs)["mode_logits"], ref["mode_logits"], atol=1e-6)
+    qg, _ = load_policy(d_q)
+    assert torch.allclose(qg.forward_heads(obs)["mode_logits"], ref["mode_logits"], atol=1e-6)
+    assert "retrieve_head.weight" not in torch.load(d_q / "weights.pt")
+    t = LearnedTrigger.load(d_trig)
+    one = {k: v[0].numpy() for k, v in obs.items()}
+    assert t.decide(one, {}) == int(ref["retrieve_logits"][0].argmax())
+    tq = LearnedTrigger.load(d_all)
+    r, m = tq.decide(one, {})
+    assert m == int(ref["mode_logits"][0].argmax())
+    export_policy(net, tmp_path / "trig", heads=("retrieve",))  # overwrite in place
+    with pytest.raises(ValueError):
+        export_policy(net, tmp_path / "x", heads=("bogus",))
+
+
+def test_schedules():
+    for kind in ("constant", "linear", "cosine", "exponential"):
+        s = ScheduleConfig(kind=kind, start=0.5, end=0.1, iterations=10, delay=2)
+        v = [schedule_value(s, i) for i in range(20)]
+        assert v[0] == pytest.approx(0.5) and v[2] == pytest.approx(0.5)
+        assert v[-1] == pytest.approx(0.5 if kind == "constant" else 0.1)
+        assert all(a >= b - 1e-12 for a, b in zip(v, v[1:]))  # monotone non-increasing
+    assert schedule_value(ScheduleConfig(kind="cosine", start=0.5, end=0.1, iterations=10), 5) == pytest.approx(0.3)
+    assert Curriculum({"retrieval_calls": {"kind": "linear", "iterations": 4}}).weights(2) == {
+        "retrieval_calls": pytest.approx(0.3)}
+
+
+def test_config_yaml_and_unknown_keys(tmp_path):
+    from pathlib import Path
+
+    cfg = TrainConfig.from_yaml(Path(__file__).resolve().parents[2] / "configs" / "train_microworld.yaml")
+    assert cfg.curriculum["retrieval_calls"].start == 0.5 and cfg.curriculum["retrieval_calls"].end == 0.1
+    with pytest.raises(ConfigError, match="bogus"):
+        TrainConfig.from_dict({"bogus": 1})
+    with pytest.raises(ConfigError, match="basline"):
+        TrainConfig.from_dict({"algo": {"basline": "mean"}})
+    with pytest.raises(ConfigError):
+        TrainConfig.from_dict({"algo": {"baseline": "median"}})
+    with pytest.raises(ConfigError):
+        TrainConfig.from_dict({"curriculum": {"retrieval_calls": {"kind": "zigzag"}}})
+
+
+class _FakeRunner:
+    def __init__(self, env):
+        self.env = env
+
+
+class _FakeGroup:
+    def __init__(self, runners):
+        self.runners = runners
+
+    def foreach_env_runner(self, fn, local_env_runner=True):
+        return [fn(r) for r in self.runners]
+
+
+class _Broken(gym.Env):
+    def set_cost_weights(self, w):
+        raise RuntimeError("boom")
+
+
+def test_apply_cost_weights_skips_missing_envs_and_never_raises():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from kairos_toy_env import ToyTimingEnv
+
+    vec = gym.vector.SyncVectorEnv([lambda: ToyTimingEnv() for _ in range(2)])
+    single = ToyTimingEnv()
+    out = apply_cost_weights(_FakeGroup([_FakeRunner(None), _FakeRunner(vec), _FakeRunner(single),
+                                         _FakeRunner(_Broken())]), {"retrieval_calls": 0.33})
+    assert out[0] is None and out[1] == 2 and out[2] == 1 and "boom" in out[3]
+    assert all(e.lam == 0.33 for e in vec.envs) and single.lam == 0.33
+    assert np.isfinite(single.lam)

@@ -1,0 +1,61 @@
+"""``kairos train`` / ``python -m train``: train a retrieval-timing policy with REINFORCE on RLlib.
+
+Examples:
+    python -m train --config configs/train_microworld.yaml
+    python -m train --config configs/train_microworld.yaml --resume      # continue after a crash / kill
+    ray job submit --working-dir . -- python -m train --config configs/train_microworld.yaml
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from train.config import TrainConfig
+
+    p.add_argument("--config", help="YAML file with TrainConfig fields (unknown keys are an error)")
+    p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in out_dir")
+    p.add_argument("--stop-after", type=int, default=None, help="stop after N iterations of this invocation")
+    p.add_argument("--no-progress", action="store_true", help="no rich progress bar (log lines only)")
+    TrainConfig.add_cli_args(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    from train.config import TrainConfig
+    from train.run import train
+
+    cfg = TrainConfig.from_yaml(args.config) if args.config else TrainConfig()
+    over = TrainConfig.cli_overrides(args)
+    if over:
+        cfg = cfg.replace(**over)
+    summary = train(cfg, resume=args.resume, stop_after=args.stop_after, show_progress=not args.no_progress)
+    logging.getLogger("kairos.train").info("done: %s", json.dumps(
+        {k: summary[k] for k in ("iteration", "wall_seconds", "driver_peak_rss_mb", "policy_dir")}))
+    return 0
+
+
+def register(sub) -> None:
+    """Add the ``train`` subcommand to the ``kairos`` CLI."""
+    p = sub.add_parser("train", help="train a retrieval-timing policy (REINFORCE on RLlib)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(p)
+    p.set_defaults(func=run)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m train", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    add_arguments(p)
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    try:
+        return run(args)
+    except (ValueError, FileNotFoundError, KeyError) as e:
+        print(f"python -m train: error: {e}", file=sys.stderr)
+        return 2

@@ -1,0 +1,112 @@
+"""Typed configuration of a training run (YAML-loadable; every field has help text; unknown keys are errors).
+
+Example:
+    >>> cfg = TrainConfig.from_dict({"iterations": 3, "algo": {"baseline": "mean"}})
+    >>> cfg.algo.baseline, cfg.curriculum["retrieval_calls"].start
+    ('mean', 0.5)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from envs.config import ConfigBase, ConfigError, helpf
+
+BASELINES = ("none", "mean", "value")
+SCHEDULES = ("constant", "linear", "cosine", "exponential")
+
+
+@dataclass
+class AlgoOptions(ConfigBase):
+    """REINFORCE hyper-parameters."""
+
+    lr: float = helpf(3e-3, "Adam learning rate")
+    baseline: str = helpf("value", "baseline subtracted from the returns-to-go: none | mean | value")
+    normalize_advantages: bool = helpf(True, "divide advantages by their batch std (centering is the baseline's job)")
+    entropy_coeff: float = helpf(0.01, "entropy bonus weight")
+    vf_loss_coeff: float = helpf(0.5, "weight of the value-head MSE (baseline=value)")
+    floor_coeff: float = helpf(1.0, "weight of the barrier keeping π(retrieve) >= model.explore_floor")
+    grad_clip: float | None = helpf(1.0, "global gradient-norm clip (null: off)")
+    episodes_per_batch: int = helpf(64, "complete episodes per training iteration")
+
+    def validate(self) -> None:
+        if self.baseline not in BASELINES:
+            raise ConfigError(f"AlgoOptions: baseline must be one of {BASELINES}, got '{self.baseline}'")
+        if self.episodes_per_batch < 1 or self.lr <= 0:
+            raise ConfigError("AlgoOptions: episodes_per_batch must be >= 1 and lr > 0")
+
+
+@dataclass
+class ModelOptions(ConfigBase):
+    """The policy RLModule (:mod:`policies.rl`)."""
+
+    arch: str = helpf("transformer", "encoder over field tokens: transformer | mlp")
+    d_model: int = helpf(32, "token width")
+    n_layers: int = helpf(1, "transformer layers")
+    n_heads: int = helpf(2, "attention heads")
+    ff_dim: int = helpf(64, "feed-forward width")
+    explore_floor: float = helpf(0.05, "anti-collapse: a loss barrier keeps π(retrieve) >= this on visited states")
+    explore_mix: float = helpf(0.0, "optional ε-mix of the sampling policy with uniform (learner uses the raw one)")
+    freeze: list[str] = helpf([], "parameter groups to freeze: trunk, retrieve, query, value")
+    warm_start: str | None = helpf(None, "exported policy directory to initialise from (policies.rl.export)")
+
+    def validate(self) -> None:
+        if self.arch not in ("transformer", "mlp"):
+            raise ConfigError(f"ModelOptions: arch must be transformer or mlp, got '{self.arch}'")
+        if not 0 <= self.explore_mix < 0.5:
+            raise ConfigError(f"ModelOptions: explore_mix must be in [0, 0.5), got {self.explore_mix}")
+        if not 0 <= self.explore_floor < 0.5:
+            raise ConfigError(f"ModelOptions: explore_floor must be in [0, 0.5), got {self.explore_floor}")
+        bad = [g for g in self.freeze if g not in ("trunk", "retrieve", "query", "value")]
+        if bad:
+            raise ConfigError(f"ModelOptions: unknown freeze group '{bad[0]}' (valid: trunk, retrieve, query, value)")
+
+
+@dataclass
+class ScheduleConfig(ConfigBase):
+    """A λ schedule over training iterations (see :mod:`train.curriculum`)."""
+
+    kind: str = helpf("linear", "constant | linear | cosine | exponential")
+    start: float = helpf(0.5, "λ at iteration `delay` (and before)")
+    end: float = helpf(0.1, "λ after `delay + iterations`")
+    iterations: int = helpf(20, "iterations the schedule takes to go from start to end")
+    delay: int = helpf(0, "iterations to hold `start` before moving")
+
+    def validate(self) -> None:
+        if self.kind not in SCHEDULES:
+            raise ConfigError(f"ScheduleConfig: kind must be one of {SCHEDULES}, got '{self.kind}'")
+        if self.kind == "exponential" and (self.start <= 0 or self.end <= 0):
+            raise ConfigError("ScheduleConfig: exponential schedules need start > 0 and end > 0")
+        if self.iterations < 0 or self.delay < 0:
+            raise ConfigError("ScheduleConfig: iterations and delay must be >= 0")
+
+
+@dataclass
+class TrainConfig(ConfigBase):
+    """One training run (``python -m train --config configs/train_microworld.yaml``)."""
+
+    name: str = helpf("microworld", "run name (TensorBoard tag prefix, exported policy name)")
+    out_dir: str = helpf("runs/train/microworld", "run directory: checkpoints/, tb/, metrics.jsonl, policy/")
+    iterations: int = helpf(40, "training iterations (one batch of complete episodes each)")
+    seed: int = helpf(0, "seed of RLlib, torch and the env runners")
+    num_cpus: int = helpf(2, "CPUs for a local Ray (ignored when connecting to a running cluster)")
+    num_env_runners: int = helpf(1, "remote EnvRunner actors (0: sample in the driver)")
+    num_envs_per_env_runner: int = helpf(8, "env copies per runner (batched generation for the micro-world)")
+    env: str = helpf("microworld", "'microworld' (kairos/MicroWorld-v0) or 'package.module:factory(config)'")
+    env_config: dict = helpf({"split": "train", "max_questions": 256, "rsus_components": ["ent"],
+                              "cache_path": "runs/train/cache.sqlite"},
+                             "env config (EnvConfig fields for the micro-world; the factory's for others)")
+    algo: AlgoOptions = field(default_factory=AlgoOptions, metadata={"help": "REINFORCE options"})
+    model: ModelOptions = field(default_factory=ModelOptions, metadata={"help": "policy module options"})
+    curriculum: dict[str, ScheduleConfig] = field(
+        default_factory=lambda: {"retrieval_calls": ScheduleConfig()},
+        metadata={"help": "cost name -> λ schedule (applied to every EnvRunner each iteration)"})
+    checkpoint_every: int = helpf(5, "save a checkpoint every N iterations (and at the end)")
+    keep_checkpoints: int = helpf(2, "checkpoints kept on disk (oldest deleted)")
+    eval_questions: int = helpf(0, "after training, evaluate greedily on this many dev questions (0: skip)")
+
+    def validate(self) -> None:
+        if self.iterations < 1 or self.checkpoint_every < 1 or self.keep_checkpoints < 1:
+            raise ConfigError("TrainConfig: iterations, checkpoint_every and keep_checkpoints must be >= 1")
+        if self.env != "microworld" and ":" not in self.env:
+            raise ConfigError(f"TrainConfig: env must be 'microworld' or 'module:factory', got '{self.env}'")

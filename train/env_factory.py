@@ -1,0 +1,43 @@
+"""The env factory RLlib calls on every EnvRunner (``config.environment(env=make_env, env_config=…)``).
+
+``env_config["_env"]`` picks the env: ``microworld`` (``kairos/MicroWorld-v0``; vectorised with
+:func:`envs.vector.make_batched`, which batches generation across copies and shares one model and cache)
+or ``package.module:factory`` (``factory(config) -> gym.Env``; vectorised with ``SyncVectorEnv``).
+RLlib passes ``num_envs`` in the context when it wants a vector env (``gym_env_vectorize_mode=
+"vector_entry_point"``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+
+def _load(spec: str):
+    mod, fn = spec.split(":")
+    return getattr(importlib.import_module(mod), fn)
+
+
+def make_env(ctx: dict[str, Any]):
+    """A single env (no ``num_envs`` in ``ctx``) or a vector env of ``ctx["num_envs"]`` copies."""
+    import torch
+
+    torch.set_num_threads(1)
+    ctx = dict(ctx)
+    n = ctx.pop("num_envs", None)
+    target = ctx.pop("_env", "microworld")
+    if target == "microworld":
+        from envs.registration import PRESETS
+        from envs.registration import make_env as make_kairos
+
+        if n is None:
+            return make_kairos("microworld", ctx)
+        from envs.vector import make_batched
+
+        return make_batched(int(n), {**PRESETS["microworld"], **ctx})
+    factory = _load(target)
+    if n is None:
+        return factory(ctx)
+    import gymnasium as gym
+
+    return gym.vector.SyncVectorEnv([lambda: factory(ctx) for _ in range(int(n))])

@@ -1,0 +1,248 @@
+"""REINFORCE on RLlib's new API stack, shaped like RLlib's VPG example (DESIGN §7).
+
+* :class:`ReinforceConfig` — an ``AlgorithmConfig`` with a fluent ``.training(baseline=…, …)``;
+* :class:`Reinforce` — ``training_step``: set the curriculum's λ on every EnvRunner, sample complete
+  episodes, update the learner, sync weights;
+* :class:`ReinforceTorchLearner` — returns-to-go (γ = 1) via RLlib's ``ComputeReturnsToGo`` connector,
+  then :func:`reinforce_loss` (baseline ``none | mean | value``, advantage scaling, entropy bonus);
+  gradient clipping is RLlib's (``grad_clip``, global norm);
+* :class:`KairosMetricsCallback` — per-episode answer quality, retrievals, each cost and its λ.
+
+Example:
+    >>> import torch
+    >>> out = reinforce_loss(torch.tensor([-0.5, -1.0]), torch.zeros(2), torch.tensor([1.0, 0.0]),
+    ...                      None, baseline="none", normalize_advantages=False, entropy_coeff=0.0)
+    >>> round(float(out["total_loss"]), 3)
+    0.25
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import tree
+from ray.rllib.algorithms import Algorithm
+from ray.rllib.algorithms.algorithm_config import AlgorithmConfig, NotProvided
+from ray.rllib.callbacks.callbacks import RLlibCallback
+from ray.rllib.connectors.learner import ComputeReturnsToGo
+from ray.rllib.core.columns import Columns
+from ray.rllib.core.learner.torch.torch_learner import TorchLearner
+from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+from ray.rllib.utils.annotations import override
+from ray.rllib.utils.metrics import (
+    ENV_RUNNER_RESULTS,
+    ENV_RUNNER_SAMPLING_TIMER,
+    LEARNER_RESULTS,
+    LEARNER_UPDATE_TIMER,
+    NUM_ENV_STEPS_SAMPLED_LIFETIME,
+    SYNCH_WORKER_WEIGHTS_TIMER,
+    TIMERS,
+)
+
+from train.curriculum import Curriculum, apply_cost_weights
+
+
+def reinforce_loss(logp: torch.Tensor, entropy: torch.Tensor, returns: torch.Tensor,
+                   values: torch.Tensor | None, *, baseline: str, normalize_advantages: bool,
+                   entropy_coeff: float, vf_loss_coeff: float = 0.5, retrieve_logp: torch.Tensor | None = None,
+                   floor: float = 0.0, floor_coeff: float = 1.0) -> dict[str, torch.Tensor]:
+    """The REINFORCE loss of one batch of time steps (all from complete episodes).
+
+    ``A = G − b`` with ``b = 0`` (none), ``mean(G)`` over the batch (mean) or ``V(s)`` detached (value);
+    with ``normalize_advantages`` ``A ← A / (std(A) + 1e-8)`` (population std; no re-centering, so the
+    baselines stay distinct). ``total = −mean(logp·A) − c_H·mean(H) + c_V·mean((V − G)²)`` (last term only
+    for the value baseline). Anti-collapse barrier (when ``floor > 0`` and ``retrieve_logp`` = log π(retrieve=1)
+    per step is given): ``+ c_F·mean(relu(log floor − log π(retrieve=1)))`` — its gradient does not vanish
+    however saturated the policy is, so "never retrieve" stays one cheap step from "retrieve here".
+    """
+    returns = returns.float()
+    if baseline == "none":
+        adv = returns
+    elif baseline == "mean":
+        adv = returns - returns.mean()
+    elif baseline == "value":
+        if values is None:
+            raise ValueError("baseline='value' needs value predictions")
+        adv = returns - values.detach()
+    else:
+        raise ValueError(f"unknown baseline '{baseline}' (valid: none, mean, value)")
+    if normalize_advantages and adv.numel() > 1:
+        adv = adv / (adv.std(unbiased=False) + 1e-8)
+    policy_loss = -(logp * adv).mean()
+    mean_entropy = entropy.mean()
+    total = policy_loss - entropy_coeff * mean_entropy
+    vf_loss = torch.zeros((), device=returns.device)
+    if baseline == "value":
+        vf_loss = ((values - returns) ** 2).mean()
+        total = total + vf_loss_coeff * vf_loss
+    floor_loss = torch.zeros((), device=returns.device)
+    if floor > 0 and retrieve_logp is not None:
+        floor_loss = torch.relu(math.log(floor) - retrieve_logp).mean()
+        total = total + floor_coeff * floor_loss
+    return {"total_loss": total, "policy_loss": policy_loss, "entropy": mean_entropy, "vf_loss": vf_loss,
+            "floor_loss": floor_loss,
+            "advantage_mean": adv.mean().detach()}
+
+
+class ReinforceConfig(AlgorithmConfig):
+    """Config of :class:`Reinforce` (REINFORCE with a baseline, on complete episodes).
+
+    Example:
+        >>> cfg = ReinforceConfig().training(baseline="mean", entropy_coeff=0.0, num_episodes_per_train_batch=8)
+        >>> cfg.baseline, cfg.num_episodes_per_train_batch
+        ('mean', 8)
+    """
+
+    def __init__(self, algo_class=None):
+        super().__init__(algo_class=algo_class or Reinforce)
+        self.num_episodes_per_train_batch = 64
+        self.baseline = "value"
+        self.normalize_advantages = True
+        self.entropy_coeff = 0.01
+        self.vf_loss_coeff = 0.5
+        self.floor_coeff = 1.0
+        self.curriculum: dict[str, dict] = {}
+        self.gamma = 1.0
+        self.batch_mode = "complete_episodes"
+        self.num_env_runners = 0
+        self.lr = 3e-3
+        self.grad_clip = 1.0
+        self.grad_clip_by = "global_norm"
+
+    @override(AlgorithmConfig)
+    def training(self, *, num_episodes_per_train_batch=NotProvided, baseline=NotProvided,
+                 normalize_advantages=NotProvided, entropy_coeff=NotProvided, vf_loss_coeff=NotProvided,
+                 floor_coeff=NotProvided, curriculum=NotProvided, **kwargs) -> ReinforceConfig:
+        """REINFORCE settings (plus everything ``AlgorithmConfig.training`` takes: lr, grad_clip, gamma, …).
+
+        Args:
+            num_episodes_per_train_batch: complete episodes per iteration.
+            baseline: ``none | mean | value``.
+            normalize_advantages: scale advantages by their batch std.
+            entropy_coeff: entropy bonus weight.
+            vf_loss_coeff: value-head MSE weight (baseline ``value``).
+            floor_coeff: weight of the exploration-floor barrier (the floor is the module's ``explore_floor``).
+            curriculum: cost name -> schedule dict (:class:`train.config.ScheduleConfig` fields).
+        """
+        super().training(**kwargs)
+        for k, v in dict(num_episodes_per_train_batch=num_episodes_per_train_batch, baseline=baseline,
+                         normalize_advantages=normalize_advantages, entropy_coeff=entropy_coeff,
+                         vf_loss_coeff=vf_loss_coeff, floor_coeff=floor_coeff, curriculum=curriculum).items():
+            if v is not NotProvided:
+                setattr(self, k, v)
+        return self
+
+    @override(AlgorithmConfig)
+    def validate(self) -> None:
+        super().validate()
+        if self.baseline not in ("none", "mean", "value"):
+            raise ValueError(f"ReinforceConfig: baseline must be none, mean or value, got '{self.baseline}'")
+
+    @override(AlgorithmConfig)
+    def get_default_rl_module_spec(self) -> RLModuleSpec:
+        from policies.rl.module import KairosRLModule
+
+        return RLModuleSpec(module_class=KairosRLModule, model_config={})
+
+    @override(AlgorithmConfig)
+    def get_default_learner_class(self):
+        return ReinforceTorchLearner
+
+
+class Reinforce(Algorithm):
+    """REINFORCE: sample complete episodes, one gradient step on them, sync weights."""
+
+    @classmethod
+    @override(Algorithm)
+    def get_default_config(cls) -> ReinforceConfig:
+        return ReinforceConfig()
+
+    @override(Algorithm)
+    def training_step(self) -> None:
+        weights = Curriculum(self.config.curriculum).weights(self.iteration)
+        if weights:
+            apply_cost_weights(self.env_runner_group, weights)
+            for k, v in weights.items():
+                self.metrics.log_value(("curriculum", f"lambda_{k}"), v, window=1)
+
+        with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
+            episodes, env_runner_results = self._sample_episodes()
+        self.metrics.aggregate(env_runner_results, key=ENV_RUNNER_RESULTS)
+
+        with self.metrics.log_time((TIMERS, LEARNER_UPDATE_TIMER)):
+            learner_results = self.learner_group.update(
+                episodes=episodes,
+                timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: self.metrics.peek(
+                    (ENV_RUNNER_RESULTS, NUM_ENV_STEPS_SAMPLED_LIFETIME))},
+            )
+        self.metrics.aggregate(learner_results, key=LEARNER_RESULTS)
+
+        with self.metrics.log_time((TIMERS, SYNCH_WORKER_WEIGHTS_TIMER)):
+            self.env_runner_group.sync_weights(from_worker_or_learner_group=self.learner_group,
+                                               inference_only=True)
+
+    def _sample_episodes(self) -> tuple[list, list]:
+        """Complete episodes from every EnvRunner (in parallel), and the runners' metrics."""
+        n_remote = self.env_runner_group.num_remote_workers()
+        per_runner = math.ceil(self.config.num_episodes_per_train_batch / max(1, n_remote))
+        sampled = self.env_runner_group.foreach_env_runner(
+            lambda r: (r.sample(num_episodes=per_runner, explore=True), r.get_metrics()),
+            local_env_runner=n_remote <= 0,
+        )
+        episodes = tree.flatten([s[0] for s in sampled])
+        return [e for e in episodes if e.is_done], [s[1] for s in sampled]
+
+
+class ReinforceTorchLearner(TorchLearner):
+    """Returns-to-go (γ = 1) → :func:`reinforce_loss`."""
+
+    @override(TorchLearner)
+    def build(self) -> None:
+        torch.set_num_threads(1)
+        super().build()
+        if self.config.add_default_connectors_to_learner_pipeline:
+            self._learner_connector.prepend(ComputeReturnsToGo(gamma=self.config.gamma))
+
+    @override(TorchLearner)
+    def compute_loss_for_module(self, *, module_id, config, batch: dict[str, Any],
+                                fwd_out: dict[str, torch.Tensor]) -> torch.Tensor:
+        module = self.module[module_id]
+        dist = module.get_train_action_dist_cls().from_logits(fwd_out[Columns.ACTION_DIST_INPUTS])
+        out = reinforce_loss(
+            dist.logp(batch[Columns.ACTIONS]), dist.entropy(), batch[Columns.RETURNS_TO_GO],
+            fwd_out.get(Columns.VF_PREDS), baseline=config.baseline,
+            normalize_advantages=config.normalize_advantages, entropy_coeff=config.entropy_coeff,
+            vf_loss_coeff=config.vf_loss_coeff, retrieve_logp=dist.retrieve.logits[..., 1],
+            floor=float(getattr(module, "explore_floor", 0.0)), floor_coeff=config.floor_coeff,
+        )
+        stats = {k: v.detach() for k, v in out.items()}
+        stats["retrieve_prob"] = dist.retrieve_prob().mean().detach()
+        stats["return_to_go_mean"] = batch[Columns.RETURNS_TO_GO].float().mean()
+        for k, v in stats.items():
+            self.metrics.log_value((module_id, k), v, window=1)
+        return out["total_loss"]
+
+
+class KairosMetricsCallback(RLlibCallback):
+    """Logs per episode: answer quality, retrievals, each raw cost (summed) and its λ, episode length."""
+
+    @override(RLlibCallback)
+    def on_episode_end(self, *, episode, metrics_logger=None, **kwargs) -> None:
+        if metrics_logger is None:
+            return
+        infos = episode.get_infos()
+        last = infos[-1] if len(infos) else {}
+        if "quality" in last:
+            metrics_logger.log_value("quality", float(last["quality"]), reduce="mean")
+        if "retrievals" in last:
+            metrics_logger.log_value("retrievals", float(last["retrievals"]), reduce="mean")
+        totals: dict[str, float] = {}
+        for info in infos[1:]:
+            for k, v in (info.get("costs") or {}).items():
+                totals[k] = totals.get(k, 0.0) + float(v)
+        for k, v in totals.items():
+            metrics_logger.log_value(f"cost_{k}", v, reduce="mean")
+        for k, v in (last.get("cost_weights") or {}).items():
+            metrics_logger.log_value(f"lambda_{k}", float(v), reduce="mean")

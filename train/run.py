@@ -1,0 +1,294 @@
+"""The training run: config → Ray → REINFORCE → checkpoints, TensorBoard, metrics, exported policy.
+
+Read top to bottom: :func:`build_algo_config` turns a :class:`TrainConfig` into a :class:`ReinforceConfig`;
+:func:`train` starts Ray if needed, restores the newest checkpoint with ``resume=True``, loops
+``algo.train()`` until ``cfg.iterations``, logging each iteration (TensorBoard events written here with
+``torch.utils.tensorboard`` — plain ``algo.train()`` writes none — plus ``metrics.jsonl`` and a terminal
+line), saves checkpoints atomically (``save_to_path`` into a temp dir, then ``rename``) and finally exports
+the policy (:func:`policies.rl.export.export_policy`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from train.config import TrainConfig
+
+log = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parents[1]
+CKPT_PREFIX = "iter_"
+ENV_NAME = "kairos_train_env"  # registered with ray.tune to train.env_factory.make_env
+
+
+# ---------------------------------------------------------------- config
+def build_algo_config(cfg: TrainConfig):
+    """The :class:`train.reinforce.ReinforceConfig` of a run."""
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+    from ray.tune.registry import register_env
+
+    from policies.rl.module import KairosRLModule
+    from train.env_factory import make_env
+    from train.reinforce import KairosMetricsCallback, ReinforceConfig
+
+    a, m = cfg.algo, cfg.model
+    register_env(ENV_NAME, make_env)
+    model_config = {"arch": m.arch, "d_model": m.d_model, "n_layers": m.n_layers, "n_heads": m.n_heads,
+                    "ff_dim": m.ff_dim, "explore_floor": m.explore_floor, "explore_mix": m.explore_mix, "freeze": list(m.freeze),
+                    "query_modes": list(cfg.env_config.get("query_modes", []))}
+    return (
+        ReinforceConfig()
+        .environment(env=ENV_NAME, env_config={**cfg.env_config, "_env": cfg.env})
+        .env_runners(num_env_runners=cfg.num_env_runners, num_envs_per_env_runner=cfg.num_envs_per_env_runner,
+                     gym_env_vectorize_mode="vector_entry_point", batch_mode="complete_episodes",
+                     num_cpus_per_env_runner=1, rollout_fragment_length="auto")
+        .learners(num_learners=0)
+        .rl_module(rl_module_spec=RLModuleSpec(module_class=KairosRLModule, model_config=model_config))
+        .training(lr=a.lr, grad_clip=a.grad_clip, grad_clip_by="global_norm", gamma=1.0,
+                  num_episodes_per_train_batch=a.episodes_per_batch, baseline=a.baseline,
+                  normalize_advantages=a.normalize_advantages, entropy_coeff=a.entropy_coeff,
+                  vf_loss_coeff=a.vf_loss_coeff, floor_coeff=a.floor_coeff,
+                  curriculum={k: s.to_dict() for k, s in cfg.curriculum.items()})
+        .callbacks(KairosMetricsCallback)
+        .debugging(seed=cfg.seed, log_level="WARN")
+        .reporting(metrics_num_episodes_for_smoothing=a.episodes_per_batch)
+    )
+
+
+def init_ray(cfg: TrainConfig) -> bool:
+    """Start (or join) Ray; returns True when this call started it. Inside ``ray job submit`` it joins the
+    job's cluster (``RAY_ADDRESS`` is set); locally it starts one with ``cfg.num_cpus`` and puts the repo on
+    the workers' ``PYTHONPATH``."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(log_to_driver=False)
+    else:
+        path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+        ray.init(num_cpus=cfg.num_cpus, include_dashboard=False, log_to_driver=False,
+                 runtime_env={"env_vars": {"PYTHONPATH": path, "OMP_NUM_THREADS": "1"}})
+    return True
+
+
+# ---------------------------------------------------------------- checkpoints
+def list_checkpoints(ckpt_dir: Path) -> list[Path]:
+    """Complete checkpoints, oldest first (temp dirs of an interrupted save are ignored)."""
+    if not ckpt_dir.is_dir():
+        return []
+    done = [p for p in ckpt_dir.iterdir() if p.is_dir() and p.name.startswith(CKPT_PREFIX)
+            and p.name[len(CKPT_PREFIX):].isdigit()]
+    return sorted(done, key=lambda p: int(p.name[len(CKPT_PREFIX):]))
+
+
+def save_checkpoint(algo, ckpt_dir: Path, keep: int) -> Path:
+    """``algo.save_to_path`` into ``ckpt_dir/.tmp-…`` then ``rename`` to ``iter_NNNNNN`` (atomic)."""
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    final = ckpt_dir / f"{CKPT_PREFIX}{algo.iteration:06d}"
+    tmp = ckpt_dir / f".tmp-{final.name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    algo.save_to_path(str(tmp.resolve()))
+    (tmp / "kairos_iteration.json").write_text(json.dumps({"iteration": algo.iteration}))
+    if final.exists():
+        shutil.rmtree(final)
+    os.rename(tmp, final)
+    for old in list_checkpoints(ckpt_dir)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    for stale in ckpt_dir.glob(".tmp-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    return final
+
+
+# ---------------------------------------------------------------- metrics
+def _get(d: dict, *path: str, default: float | None = None):
+    for p in path:
+        if not isinstance(d, dict) or p not in d:
+            return default
+        d = d[p]
+    return d
+
+
+def iteration_metrics(result: dict[str, Any]) -> dict[str, float]:
+    """The flat per-iteration metrics we log (answer quality, retrievals, costs and λ, losses, entropy)."""
+    from ray.rllib.core import DEFAULT_MODULE_ID
+
+    env = result.get("env_runners", {}) or {}
+    learner = _get(result, "learners", DEFAULT_MODULE_ID, default={}) or {}
+    out: dict[str, float] = {
+        "episode_return": env.get("episode_return_mean"),
+        "episode_len": env.get("episode_len_mean"),
+        "episodes": env.get("num_episodes"),
+        "quality": env.get("quality"),
+        "retrievals_per_episode": env.get("retrievals"),
+    }
+    for k, v in env.items():
+        if k.startswith(("cost_", "lambda_")):
+            out[k] = v
+    for k, v in (result.get("curriculum") or {}).items():
+        out[f"curriculum_{k}"] = v
+    for k in ("total_loss", "policy_loss", "vf_loss", "floor_loss", "entropy", "retrieve_prob", "return_to_go_mean",
+              "gradients_default_optimizer_global_norm"):
+        if k in learner:
+            out[k] = learner[k]
+    out["env_steps_lifetime"] = env.get("num_env_steps_sampled_lifetime")
+    return {k: float(v) for k, v in out.items() if isinstance(v, (int, float))}
+
+
+def progress_line(it: int, total: int, m: dict[str, float], secs: float) -> str:
+    lam = m.get("curriculum_lambda_retrieval_calls", m.get("lambda_retrieval_calls", float("nan")))
+    return (f"[{it:>4}/{total}] return {m.get('episode_return', float('nan')):+.3f}  "
+            f"quality {m.get('quality', float('nan')):.3f}  retr/ep {m.get('retrievals_per_episode', float('nan')):.2f}  "
+            f"λ {lam:.3f}  H {m.get('entropy', float('nan')):.3f}  p(retr) {m.get('retrieve_prob', float('nan')):.3f}  "
+            f"loss {m.get('total_loss', float('nan')):+.3f}  {secs:.1f}s")
+
+
+# ---------------------------------------------------------------- export
+def learner_net(algo):
+    """The learner's current :class:`PolicyNet` (a fresh torch copy; no Ray objects)."""
+    import torch
+    from ray.rllib.core import DEFAULT_MODULE_ID
+
+    from policies.rl.net import PolicyNet
+
+    module = algo.learner_group._learner.module[DEFAULT_MODULE_ID]
+    net = PolicyNet(module.net.spec)
+    net.load_state_dict({k: torch.as_tensor(v).clone() for k, v in module.net.state_dict().items()})
+    return net.eval()
+
+
+def warm_start(algo, path: str) -> None:
+    """Load an exported policy into the learner's module and push the weights to the env runners."""
+    from ray.rllib.core import DEFAULT_MODULE_ID
+
+    from policies.rl.export import load_policy
+
+    src, _ = load_policy(path)
+    module = algo.learner_group._learner.module[DEFAULT_MODULE_ID]
+    module.net.load_state_dict(src.state_dict(), strict=False)
+    algo.env_runner_group.sync_weights(from_worker_or_learner_group=algo.learner_group, inference_only=True)
+
+
+# ---------------------------------------------------------------- the run
+def train(cfg: TrainConfig, resume: bool = False, stop_after: int | None = None, show_progress: bool = True
+          ) -> dict[str, Any]:
+    """Train (or continue) a run; returns a summary dict (also written to ``out_dir/summary.json``).
+
+    Args:
+        cfg: the run's config.
+        resume: continue from the newest checkpoint in ``out_dir/checkpoints`` (fresh start if none).
+        stop_after: stop after this many iterations *of this call* (for tests / time-boxing); the final
+            checkpoint is still written.
+        show_progress: show a rich progress bar with the latest metrics line.
+    """
+    import resource
+
+    from torch.utils.tensorboard import SummaryWriter
+
+    t_start = time.perf_counter()
+    out = Path(cfg.out_dir)
+    ckpt_dir = out / "checkpoints"
+    out.mkdir(parents=True, exist_ok=True)
+    cache = cfg.env_config.get("cache_path")
+    if cache:
+        Path(cache).parent.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
+    started = init_ray(cfg)
+    algo = build_algo_config(cfg).build_algo()
+    try:
+        restored = None
+        ckpts = list_checkpoints(ckpt_dir)
+        if resume and ckpts:
+            restored = ckpts[-1]
+            algo.restore_from_path(str(restored.resolve()))
+            log.info("resumed from %s (iteration %d)", restored, algo.iteration)
+        elif cfg.model.warm_start:
+            warm_start(algo, cfg.model.warm_start)
+        writer = SummaryWriter(str(out / "tb"), purge_step=algo.iteration + 1 if restored else None)
+        first = algo.iteration
+        metrics_path = out / "metrics.jsonl"
+        progress = _Progress(cfg.iterations, first, enabled=show_progress)
+        last: dict[str, float] = {}
+        with progress:
+            while algo.iteration < cfg.iterations and (stop_after is None or algo.iteration - first < stop_after):
+                t0 = time.perf_counter()
+                result = algo.train()
+                it = algo.iteration
+                last = iteration_metrics(result)
+                last["iteration_seconds"] = time.perf_counter() - t0
+                for k, v in last.items():
+                    writer.add_scalar(f"{cfg.name}/{k}", v, it)
+                with metrics_path.open("a") as f:
+                    f.write(json.dumps({"iteration": it, "time": time.time(), **last}) + "\n")
+                line = progress_line(it, cfg.iterations, last, last["iteration_seconds"])
+                progress.update(it, line)
+                log.info(line)
+                if it % cfg.checkpoint_every == 0 or it >= cfg.iterations:
+                    save_checkpoint(algo, ckpt_dir, cfg.keep_checkpoints)
+        if not list_checkpoints(ckpt_dir) or int(list_checkpoints(ckpt_dir)[-1].name[len(CKPT_PREFIX):]) != algo.iteration:
+            save_checkpoint(algo, ckpt_dir, cfg.keep_checkpoints)
+        writer.flush()
+        writer.close()
+        from policies.rl.export import export_policy
+
+        net = learner_net(algo)
+        policy_dir = export_policy(net, out / "policy", heads=("retrieve", "query", "value"),
+                                   extra={"name": cfg.name, "iteration": algo.iteration})
+        export_policy(net, out / "policy_trigger", heads=("retrieve",), extra={"name": f"{cfg.name}-trigger"})
+        if net.query_head is not None:
+            export_policy(net, out / "policy_querygen", heads=("query",), extra={"name": f"{cfg.name}-querygen"})
+        summary = {
+            "iteration": algo.iteration, "resumed_from": str(restored) if restored else None,
+            "first_iteration": first, "wall_seconds": time.perf_counter() - t_start,
+            "driver_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "final_metrics": last, "policy_dir": str(policy_dir),
+        }
+    finally:
+        algo.stop()
+        if started:
+            import ray
+
+            ray.shutdown()
+    if cfg.eval_questions > 0 and cfg.env == "microworld":
+        from train.evaluate import evaluate_policy
+
+        env_cfg = {k: v for k, v in cfg.env_config.items() if k != "max_questions"}
+        env_cfg.update(split="dev", costs={k: s.end for k, s in cfg.curriculum.items()})
+        from policies.rl.export import LearnedTrigger
+
+        summary["dev_eval"] = evaluate_policy(LearnedTrigger.load(out / "policy_trigger"), env_cfg,
+                                              list(range(cfg.eval_questions)))
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+class _Progress:
+    """A rich progress bar whose description is the latest metrics line (no-op when disabled)."""
+
+    def __init__(self, total: int, done: int, enabled: bool = True):
+        self.enabled = enabled
+        if enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.p = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                              TimeElapsedColumn(), transient=False)
+            self.task = self.p.add_task("starting…", total=total, completed=done)
+
+    def __enter__(self):
+        if self.enabled:
+            self.p.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.enabled:
+            self.p.__exit__(*exc)
+
+    def update(self, it: int, line: str) -> None:
+        if self.enabled:
+            self.p.update(self.task, completed=it, description=line)
