@@ -79,10 +79,46 @@ def _bench_pair(reasoner, variants: list[tuple[str, dict[str, bool]]], questions
     return rows
 
 
+def _decode_baseline(reasoner, batch: int, new_tokens: int, repeats: int) -> dict[str, Any]:
+    """Raw decoding speed of ``transformers``' ``generate`` vs :func:`generate_steps` (stops disabled, so
+    both decode exactly ``new_tokens`` per row from the same prompt): the engine's own overhead."""
+    import torch
+
+    from agents.reasoners.stepgen import GenState, generate_steps
+
+    model = reasoner.model
+    ids = reasoner.start(QUESTIONS[0]).gen.ids
+    x = torch.tensor([ids] * batch, device=next(model.parameters()).device)
+
+    def cpu(fn) -> float:
+        best = float("inf")
+        for _ in range(repeats):
+            c0 = time.process_time()
+            fn()
+            best = min(best, time.process_time() - c0)
+        return best
+
+    def steps(hidden: bool):
+        return lambda: generate_steps(model, [GenState(ids)] * batch, stop_ids=set(), header_end_id=None,
+                                      pad_id=reasoner.pad_id, max_new_tokens=new_tokens, capture_hidden=hidden)
+
+    with torch.no_grad():
+        t_gen = cpu(lambda: model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=new_tokens,
+                                           min_new_tokens=new_tokens, do_sample=False,
+                                           pad_token_id=reasoner.pad_id))
+    t_plain, t_hidden = cpu(steps(False)), cpu(steps(True))
+    n = batch * new_tokens
+    return {"batch": batch, "prompt_tokens": len(ids), "new_tokens": new_tokens,
+            "hf_generate_tok_s": round(n / t_gen, 2), "stepgen_tok_s": round(n / t_plain, 2),
+            "stepgen_hidden_tok_s": round(n / t_hidden, 2),
+            "stepgen_vs_generate_pct": round(t_plain / t_gen * 100 - 100, 1),
+            "hidden_overhead_pct": round(t_hidden / t_plain * 100 - 100, 1)}
+
+
 def run_reasoner_bench(model: str | None = None, batch_sizes: tuple[int, ...] = (1, 8), steps: int = 3,
                        max_step_tokens: int = 32, threads: int = 1, repeats: int = 3, attention: bool = False,
-                       n_questions: int = len(QUESTIONS), out: str | Path | None = "runs/bench/reasoner_bench.json"
-                       ) -> dict[str, Any]:
+                       n_questions: int = len(QUESTIONS), decode_tokens: int = 48,
+                       out: str | Path | None = "runs/bench/reasoner_bench.json") -> dict[str, Any]:
     """Benchmark step-wise generation of the HF reasoner; prints a table and writes JSON.
 
     Args:
@@ -95,12 +131,15 @@ def run_reasoner_bench(model: str | None = None, batch_sizes: tuple[int, ...] = 
         repeats: runs per variant (the one with the least CPU time counts).
         attention: also measure attention capture (eager attention, against an eager baseline).
         n_questions: questions from :data:`QUESTIONS` (at most its length).
+        decode_tokens: tokens per row of the raw-decoding baseline (``transformers`` ``generate`` vs the
+            step engine with stops disabled, CPU time); 0 skips it.
         out: JSON path (``None``: do not write).
 
     Returns:
         ``{"meta": …, "rows": [{batch, attn_impl, variant, tokens, seconds, cpu_seconds, tok_s, cpu_tok_s,
-        overhead_pct, same_tokens}, …]}``; ``overhead_pct`` is CPU seconds per token relative to the first
-        (plain) variant of the same batch size and attention implementation.
+        overhead_pct, same_tokens}, …], "decode": [{batch, hf_generate_tok_s, stepgen_tok_s, …}, …]}``;
+        ``overhead_pct`` is CPU seconds per token relative to the first (plain) variant of the same batch size
+        and attention implementation. Chain rows include the prompt prefill (each prompt is encoded once).
     """
     import torch
 
@@ -115,6 +154,7 @@ def run_reasoner_bench(model: str | None = None, batch_sizes: tuple[int, ...] = 
         impls.append(("eager", [("plain", {}), ("hidden", {"hidden": True}),
                                 ("hidden+attn", {"hidden": True, "attn": True})]))
     rows: list[dict[str, Any]] = []
+    decode: list[dict[str, Any]] = []
     t_load = {}
     for impl, variants in impls:
         t0 = time.perf_counter()
@@ -125,6 +165,8 @@ def run_reasoner_bench(model: str | None = None, batch_sizes: tuple[int, ...] = 
                 rows.append({"batch": b, "attn_impl": impl, **row})
                 log.info("batch %d %s %s: %.1f tok/s wall, %.1f tok/s CPU", b, impl, row["variant"],
                          row["tok_s"], row["cpu_tok_s"])
+            if impl == "sdpa" and decode_tokens > 0:
+                decode.append(_decode_baseline(reasoner, b, decode_tokens, repeats))
         del reasoner
     result = {
         "meta": {"model": cfg.model, "threads": torch.get_num_threads(), "steps": steps, "n_questions": n_questions,
@@ -132,6 +174,7 @@ def run_reasoner_bench(model: str | None = None, batch_sizes: tuple[int, ...] = 
                  "machine": platform.machine(), "cpu_count": _cpu_count(), "load_seconds": t_load,
                  "time": time.strftime("%Y-%m-%dT%H:%M:%S")},
         "rows": rows,
+        "decode": decode,
     }
     print(format_table(result))
     if out is not None:
@@ -166,7 +209,20 @@ def format_table(result: dict[str, Any]) -> str:
         t.add_row(str(r["batch"]), r["attn_impl"], r["variant"], str(r["tokens"]), f"{r['seconds']:.2f}",
                   f"{r['cpu_seconds']:.2f}", f"{r['tok_s']:.1f}", f"{r['cpu_tok_s']:.1f}",
                   f"{r['overhead_pct']:+.1f}", "yes" if r["same_tokens"] else "NO")
-    Console(file=buf, width=110, force_terminal=False).print(t)
+    con = Console(file=buf, width=120, force_terminal=False)
+    con.print(t)
+    if result.get("decode"):
+        d = result["decode"]
+        t = Table(title=f"Raw decoding, {d[0]['new_tokens']} tokens per row after a {d[0]['prompt_tokens']}-token "
+                        "prompt (CPU time, prefill included)")
+        for c in ("batch", "HF generate tok/s", "step engine tok/s", "engine vs generate %",
+                  "engine + hidden tok/s", "hidden overhead %"):
+            t.add_column(c, justify="right")
+        for r in d:
+            t.add_row(str(r["batch"]), f"{r['hf_generate_tok_s']:.1f}", f"{r['stepgen_tok_s']:.1f}",
+                      f"{r['stepgen_vs_generate_pct']:+.1f}", f"{r['stepgen_hidden_tok_s']:.1f}",
+                      f"{r['hidden_overhead_pct']:+.1f}")
+        con.print(t)
     return buf.getvalue()
 
 
@@ -181,6 +237,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     p.add_argument("--repeats", type=int, default=3, help="runs per variant (least CPU time counts)")
     p.add_argument("--attention", action="store_true", help="also measure eager attention capture")
     p.add_argument("--n-questions", type=int, default=len(QUESTIONS), help="built-in questions to generate for")
+    p.add_argument("--decode-tokens", type=int, default=48, help="raw-decoding baseline tokens per row (0: skip)")
     p.add_argument("--out", default="runs/bench/reasoner_bench.json", help="JSON output path")
     p.set_defaults(func=_run_args)
     return p
@@ -189,7 +246,8 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
 def _run_args(args: argparse.Namespace) -> int:
     run_reasoner_bench(model=args.model, batch_sizes=tuple(args.batch_sizes), steps=args.steps,
                        max_step_tokens=args.max_step_tokens, threads=args.threads, repeats=args.repeats,
-                       attention=args.attention, n_questions=args.n_questions, out=args.out)
+                       attention=args.attention, n_questions=args.n_questions, decode_tokens=args.decode_tokens,
+                       out=args.out)
     return 0
 
 

@@ -63,3 +63,30 @@ class Reasoner(Protocol):
     def sample_alternatives(self, state: Any, k: int, seed: int) -> list[str]:
         """``k`` sampled alternative next steps (for consistency signals)."""
         raise NotImplementedError
+
+
+def run_chains(reasoner: Reasoner, questions: list[str], max_steps: int,
+               front: list[list[str]] | None = None) -> list[list[Step]]:
+    """Greedy chains for many questions with any reasoner: one batched ``next_step`` call per round.
+
+    Args:
+        reasoner: any backend with ``start`` and ``next_step``.
+        questions: question texts.
+        max_steps: stop a chain after this many lines.
+        front: optional front-context passages per question.
+    """
+    states = [reasoner.start(q, front[i] if front else None) for i, q in enumerate(questions)]
+    chains: list[list[Step]] = [[] for _ in questions]
+    active = list(range(len(questions)))
+    for _ in range(max_steps):
+        if not active:
+            break
+        res = reasoner.next_step([states[i] for i in active])
+        nxt = []
+        for i, (step, st) in zip(active, res):
+            chains[i].append(step)
+            states[i] = st
+            if not st.done:
+                nxt.append(i)
+        active = nxt
+    return chains

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from agents.reasoners.base import Capabilities, Step
+from agents.reasoners.base import Capabilities, Step, run_chains
 from agents.reasoners.stepgen import GenState, generate_steps
 
 
@@ -137,22 +137,7 @@ class MicroReasoner:
     def run_chains(self, questions: list[str], max_steps: int = 8, front: list[list[str]] | None = None
                    ) -> list[list[Step]]:
         """Closed-book (or front-evidence) greedy chains for many questions, batched."""
-        states = [self.start(q, front[i] if front else None) for i, q in enumerate(questions)]
-        chains: list[list[Step]] = [[] for _ in questions]
-        active = list(range(len(questions)))
-        for _ in range(max_steps):
-            if not active:
-                break
-            res = self.next_step([states[i] for i in active])
-            nxt = []
-            for i, (step, st) in zip(active, res):
-                chains[i].append(step)
-                states[i] = st
-                if not st.done:
-                    nxt.append(i)
-            active = nxt
-        return chains
-
+        return run_chains(self, questions, max_steps, front)
 
 def snapshot(state: MicroState) -> dict:
     """A picklable description of a state (no KV cache) for the trajectory cache."""
