@@ -37,7 +37,7 @@ class Components:
     extractor: Any
     namespace: str
     feature_dims: dict[str, int] = field(default_factory=dict)
-    probes: dict[str, Any] = field(default_factory=dict)   # name -> callable(features dict) -> prob
+    probes: dict[str, Any] = field(default_factory=dict)   # name -> callable(step, state) -> probability
 
     @property
     def rsus_components(self) -> list[str]:
@@ -81,7 +81,9 @@ class Components:
                 if comp[2:] not in self.rsus_components:
                     scalars.pop(comp, None)
         for name, probe in self.probes.items():
-            scalars[name] = float(probe(sig))
+            value = float(probe(step, state))
+            if np.isfinite(value):
+                scalars[name] = value
         return feats, scalars, mask
 
 
@@ -139,6 +141,9 @@ def _qa(config: EnvConfig) -> Components:
     dims = extractor.dims
     feature_dims = {g: sum(dims[n] for n in GROUP_SIGNALS[g]) for g in config.signals}
     ident = getattr(reasoner, "model_id", config.reasoner)
+    if config.probes:
+        raise ValueError(f"EnvConfig.probes: probes for the '{config.task}' task are not wired yet "
+                         "(micro-world only); train detection probes there with `kairos probe train`")
     return Components(config, task, reasoner, retriever, QueryGenerator(list(config.query_modes)), extractor,
                       _namespace(config.reasoner, ident, config), feature_dims)
 
@@ -168,4 +173,11 @@ def _microworld(config: EnvConfig) -> Components:
     dims = extractor.dims
     feature_dims = {g: sum(dims[n] for n in GROUP_SIGNALS[g]) for g in config.signals}
     ns = _namespace("micro", [world.train_info, str(world.path)], config)
-    return Components(config, task, reasoner, retriever, querygen, extractor, ns, feature_dims)
+    probes = {}
+    if config.probes:
+        from policies.probes.dataset import world_model_id
+        from policies.probes.probe import Probe
+
+        mid = world_model_id(world)
+        probes = {name: Probe.load(path, expected_model_id=mid) for name, path in config.probes.items()}
+    return Components(config, task, reasoner, retriever, querygen, extractor, ns, feature_dims, probes)

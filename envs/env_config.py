@@ -32,6 +32,8 @@ class EnvConfig(ConfigBase):
     signals: list[str] = helpf(["pulse", "output", "rsus"], "observation groups: pulse, output, rsus, coe")
     pulse_layers: list[int] | None = helpf(None, "PUlSE layer interval [a, b] (default: the whole stack)")
     rsus_components: list[str] = helpf(["ent", "cons"], "RSUS parts to compute (verb needs a proxy or a chatty LM)")
+    probes: dict[str, str] = helpf({}, "learned detectors to expose as signals: name -> saved probe directory "
+                                       "(e.g. {pulse_prob: runs/probes/pulse}); checked against the reasoner")
     cache_path: str | None = helpf(None, "trajectory cache SQLite file (None: in memory)")
     max_step_tokens: int = helpf(24, "cut a runaway step after this many tokens")
     seed: int = helpf(0, "seed of the env's own randomness (sampling for consistency signals)")

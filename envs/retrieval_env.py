@@ -59,6 +59,7 @@ class StepRecord:
     error_kind: str | None = None
     chain_before: str | None = None             # micro-world: where the model's chain stood before the step
     chain_object: str | None = None             # ... and after it
+    final: bool = False                         # the reasoner ended the text here (answer line or end-of-text)
 
 
 def execute_requests(reasoner, requests: list[tuple]) -> list[tuple]:
@@ -238,7 +239,7 @@ class RetrievalTimingEnv(gym.Env):
         self._n_accepted += 1
         self._retrievals_this_step = 0
         self._since_retrieval += 1
-        if cur.is_answer:
+        if cur.is_answer or cur.final:
             return True, False, event
         if self._n_accepted >= self.config.max_steps:
             return False, True, event
@@ -318,7 +319,8 @@ class RetrievalTimingEnv(gym.Env):
                           seconds=0.0, features=feats, signals=scalars, mask=mask,
                           before=r.snapshot(before), after=r.snapshot(after), evidence=evidence, query=query,
                           passage_ids=passage_ids, tokens_injected=injected, label=label, error_kind=error_kind,
-                          chain_before=chain_before, chain_object=chain_object)
+                          chain_before=chain_before, chain_object=chain_object,
+                          final=step.is_answer or bool(getattr(after, "done", False)))
 
     def _obs(self) -> dict[str, np.ndarray]:
         rec = self._record

@@ -29,6 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--episodes", type=int, default=600, help="episodes of the training-like run")
     p.add_argument("--pool", type=int, default=128, help="training question pool of the training-like run")
     p.add_argument("--oracle-questions", type=int, default=100, help="dev questions for the oracle")
+    p.add_argument("--hotpotqa-steps", type=int, default=32,
+                   help="env steps per cold measurement on the HotpotQA preset (SmolLM2-135M; 0 = skip)")
     p.add_argument("--out", default="runs/bench/env_bench.json", help="JSON output")
     p.set_defaults(func=_main)
 
@@ -52,7 +54,7 @@ def steps_per_second(make, batch: int, steps: int, seed: int = 0) -> tuple[float
 
 
 def run(artifact: str | None, steps: int, episodes: int, oracle_questions: int, out: str | None,
-        pool: int = 128) -> dict[str, Any]:
+        pool: int = 128, hotpotqa_steps: int = 0) -> dict[str, Any]:
     import torch
 
     from envs.components import build_components
@@ -109,6 +111,16 @@ def run(artifact: str | None, steps: int, episodes: int, oracle_questions: int, 
                          "reward_at_lambda_0.1": round(float(np.mean([lf.quality - 0.1 * lf.calls for lf in v])), 4)}
                      for k, v in rows.items()}
     res["oracle"]["n_questions"] = n
+    # 5. the HotpotQA preset on SmolLM2-135M (cold cache, batch 1 and 8)
+    if hotpotqa_steps > 0:
+        hp = EnvConfig(task="hotpotqa", reasoner="hf", split="dev[0:64]", max_steps=4, max_step_tokens=32,
+                       rsus_components=["ent"])
+        hcomps = build_components(hp)
+        for b in (1, 8):
+            sps, _ = steps_per_second(lambda n: make_batched(n, hp, hcomps), b, hotpotqa_steps, seed=21)
+            res[f"hotpotqa_cold_batch{b}_steps_s"] = round(sps, 2)
+        res["hotpotqa_batch8_over_batch1"] = round(res["hotpotqa_cold_batch8_steps_s"]
+                                                   / res["hotpotqa_cold_batch1_steps_s"], 2)
     if out:
         from envs.io import write_json
 
@@ -120,6 +132,9 @@ def format_table(res: dict[str, Any]) -> str:
     lines = ["| measure | value |", "|---|---|"]
     for k in ("cold_batch1_steps_s", "cold_batch8_steps_s", "batch8_over_batch1", "warm_steps_s", "warm_hit_rate"):
         lines.append(f"| {k} | {res[k]} |")
+    for k in ("hotpotqa_cold_batch1_steps_s", "hotpotqa_cold_batch8_steps_s", "hotpotqa_batch8_over_batch1"):
+        if k in res:
+            lines.append(f"| {k} | {res[k]} |")
     tr = res["training_run"]
     lines.append(f"| training-like run hit rate ({tr['episodes']} episodes, pool {tr['pool']}) | {tr['hit_rate']} |")
     lines += ["", f"Oracle vs fixed policies ({res['oracle']['n_questions']} dev questions, λ_retrieval = 0.1)", "",
@@ -131,7 +146,8 @@ def format_table(res: dict[str, Any]) -> str:
 
 
 def _main(args) -> int:
-    res = run(args.artifact, args.steps, args.episodes, args.oracle_questions, args.out, args.pool)
+    res = run(args.artifact, args.steps, args.episodes, args.oracle_questions, args.out, args.pool,
+              args.hotpotqa_steps)
     print(format_table(res))
     log.info("wrote %s", Path(args.out).resolve() if args.out else "-")
     return 0

@@ -42,3 +42,25 @@ def test_oracle_labels_fix_errors(env):
         never += _episode(env, NeverTrigger(), i)["quality"]
         oracle += _episode(env, OracleTrigger(), i)["quality"]
     assert oracle > never
+
+
+def test_probe_signal_through_the_env_and_mismatch_error(tmp_path, tiny_world):
+    import subprocess
+    import sys
+
+    from policies.probes.probe import ProbeMismatchError
+    from policies.triggers import ThresholdTrigger
+
+    out = tmp_path / "pulse"
+    r = subprocess.run([sys.executable, "-m", "eval", "probe", "train", "--signal", "pulse", "--layers", "0,6",
+                        "--n-questions", "120", "--n-eval-questions", "0", "--max-epochs", "5", "--out", str(out),
+                        "--cache-dir", str(tmp_path / "steps")], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    env = gym.make("kairos/MicroWorld-v0", config={"split": "dev", "rsus_components": ["ent"],
+                                                   "probes": {"pulse_prob": str(out)}}).unwrapped
+    info = _episode(env, ThresholdTrigger("pulse_prob", 0.5, name="PUlSE"), 0)
+    assert "quality" in info
+    obs, info = env.reset(seed=0)
+    assert 0.0 <= info["signals"]["pulse_prob"] <= 1.0
+    with pytest.raises(ProbeMismatchError, match="was trained for model"):
+        gym.make("kairos/MicroWorld-v0", config={"artifact": str(tiny_world.path), "probes": {"p": str(out)}})

