@@ -138,3 +138,22 @@ class PassageSelector:
         chosen = select_passages(ranked, self._used, self.config)
         self._used.extend(p.id for p in chosen if p.id not in self._used)
         return chosen
+
+
+class CorpusRetrieverBase:
+    """Shared parts of the retrievers that hold their corpus in memory: ``len()`` and ``describe()``.
+
+    Subclasses set ``kind`` and provide ``_passages``, ``corpus``, ``index_id``, ``config`` and ``_fingerprint``.
+    """
+
+    kind: str = "?"
+
+    def __len__(self) -> int:
+        return len(self._passages)  # type: ignore[attr-defined]
+
+    def describe(self) -> dict[str, Any]:
+        """Kind, size, corpus fingerprint, index id and settings."""
+        if self._fingerprint is None:  # type: ignore[attr-defined]
+            self._fingerprint = self.corpus.fingerprint()  # type: ignore[attr-defined]
+        return {"kind": self.kind, "n_docs": len(self), "corpus_fingerprint": self._fingerprint,
+                "index_id": self.index_id, "config": self.config.to_dict()}  # type: ignore[attr-defined]

@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from agents.retrievers.base import IndexCorruptError, RetrievedPassage
+from agents.retrievers.base import CorpusRetrieverBase, IndexCorruptError, RetrievedPassage
 from envs.config import ConfigBase, ConfigError, helpf
 from envs.data.types import Corpus
 
@@ -108,7 +108,7 @@ def passage_text(title: str, text: str, include_title: bool = True) -> str:
     return f"{title} {text}" if include_title and title else text
 
 
-class BM25Retriever:
+class BM25Retriever(CorpusRetrieverBase):
     """BM25 retriever (implements :class:`~agents.retrievers.base.Retriever`).
 
     Build in memory with :meth:`build`, persist with :meth:`save`, reopen with :meth:`load` (use
@@ -201,12 +201,3 @@ class BM25Retriever:
             out.append([RetrievedPassage.of(self._passages[i], s[i]) for i in top if s[i] > 0])
         return out
 
-    def __len__(self) -> int:
-        return len(self._passages)
-
-    def describe(self) -> dict[str, Any]:
-        """Kind, size, corpus fingerprint, settings and index id."""
-        if self._fingerprint is None:
-            self._fingerprint = self.corpus.fingerprint()
-        return {"kind": self.kind, "n_docs": len(self), "corpus_fingerprint": self._fingerprint,
-                "index_id": self.index_id, "config": self.config.to_dict()}

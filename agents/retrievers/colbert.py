@@ -41,7 +41,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agents.retrievers.base import IndexCorruptError, IndexMismatchError, RetrievedPassage
+from agents.retrievers.base import (
+    CorpusRetrieverBase,
+    IndexCorruptError,
+    IndexMismatchError,
+    RetrievedPassage,
+)
 from envs.config import ConfigBase, ConfigError, helpf
 from envs.data.types import Corpus
 from envs.io import write_json
@@ -166,7 +171,7 @@ def _effective(k: int, cfg: ColBERTIndexConfig) -> tuple[int, float, int]:
             cfg.ndocs if cfg.ndocs is not None else d[2])
 
 
-class ColBERTRetriever:
+class ColBERTRetriever(CorpusRetrieverBase):
     """ColBERTv2/PLAID retriever (implements :class:`~agents.retrievers.base.Retriever`).
 
     Use :func:`agents.retrievers.index.build_index` / ``load_index`` (``kind="colbert"``), which call
@@ -297,12 +302,3 @@ class ColBERTRetriever:
                 out.append([RetrievedPassage.of(self._passages[p], s) for p, s in zip(pids, scores)])
         return out
 
-    def __len__(self) -> int:
-        return len(self._passages)
-
-    def describe(self) -> dict[str, Any]:
-        """Kind, size, corpus fingerprint, index id and settings (search settings included)."""
-        if self._fingerprint is None:
-            self._fingerprint = self.corpus.fingerprint()
-        return {"kind": self.kind, "n_docs": len(self), "corpus_fingerprint": self._fingerprint,
-                "index_id": self.index_id, "config": self.config.to_dict()}
