@@ -143,17 +143,24 @@ class PassageSelector:
 class CorpusRetrieverBase:
     """Shared parts of the retrievers that hold their corpus in memory: ``len()`` and ``describe()``.
 
-    Subclasses set ``kind`` and provide ``_passages``, ``corpus``, ``index_id``, ``config`` and ``_fingerprint``.
+    Subclasses set ``kind`` and call ``super().__init__(corpus, config, index_id)``.
     """
 
     kind: str = "?"
 
+    def __init__(self, corpus: Any, config: Any, index_id: str = "") -> None:
+        self.corpus = corpus
+        self.config = config
+        self.index_id = index_id
+        self._passages = list(corpus)
+        self._fingerprint: str | None = None
+
     def __len__(self) -> int:
-        return len(self._passages)  # type: ignore[attr-defined]
+        return len(self._passages)
 
     def describe(self) -> dict[str, Any]:
         """Kind, size, corpus fingerprint, index id and settings."""
-        if self._fingerprint is None:  # type: ignore[attr-defined]
-            self._fingerprint = self.corpus.fingerprint()  # type: ignore[attr-defined]
+        if self._fingerprint is None:
+            self._fingerprint = self.corpus.fingerprint()
         return {"kind": self.kind, "n_docs": len(self), "corpus_fingerprint": self._fingerprint,
-                "index_id": self.index_id, "config": self.config.to_dict()}  # type: ignore[attr-defined]
+                "index_id": self.index_id, "config": self.config.to_dict()}

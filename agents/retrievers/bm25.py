@@ -120,14 +120,10 @@ class BM25Retriever(CorpusRetrieverBase):
     subdir = "bm25"
 
     def __init__(self, corpus: Corpus, model: Any, config: BM25Config, index_id: str = "") -> None:
-        self.corpus = corpus
+        super().__init__(corpus, config, index_id)
         self.model = model
-        self.config = config
-        self.index_id = index_id
         self._tok = _Tokenizer(config)
         self._vocab: dict[str, int] = model.vocab_dict
-        self._passages = list(corpus)
-        self._fingerprint: str | None = None
 
     # ------------------------------------------------------------------ build / save / load
     @classmethod

@@ -183,12 +183,8 @@ class ColBERTRetriever(CorpusRetrieverBase):
     subdir = "plaid"
 
     def __init__(self, corpus: Corpus, searcher: Any, config: ColBERTIndexConfig, index_id: str = "") -> None:
-        self.corpus = corpus
+        super().__init__(corpus, config, index_id)
         self.searcher = searcher
-        self.config = config
-        self.index_id = index_id
-        self._passages = list(corpus)
-        self._fingerprint: str | None = None
 
     # ------------------------------------------------------------------ build / load
     @classmethod
