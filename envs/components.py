@@ -40,6 +40,11 @@ class Components:
     probes: dict[str, Any] = field(default_factory=dict)   # name -> callable(step, state) -> probability
 
     @property
+    def has_labels(self) -> bool:
+        """Whether the task gives ground-truth step labels (the micro-world does; real QA data does not)."""
+        return callable(getattr(self.task, "label", None))
+
+    @property
     def rsus_components(self) -> list[str]:
         return list(self.config.rsus_components)
 

@@ -162,11 +162,13 @@ class RetrievalTimingEnv(gym.Env):
         self._retrievals = 0
         self._retrievals_this_step = 0
         self._tokens = 0
+        self._seconds = 0.0  # measured generation seconds of the records on this path (as first generated)
         self._since_retrieval = 0
         self._used: list[str] = []
         self._episode: list[dict[str, Any]] = []
         rec = yield from self._get_or_generate(kind="start")
         self._tokens += rec.n_tokens
+        self._seconds += rec.seconds
         self._record = rec
         return self._obs(), self._info(costs={k: 0.0 for k in self.costs.costs})
 
@@ -197,6 +199,7 @@ class RetrievalTimingEnv(gym.Env):
                               tokens_injected=rec.tokens_injected, seconds_measured=rec.seconds,
                               seconds_modelled=0.0, step_index=self._n_accepted + 1)
             self._tokens += rec.n_tokens + rec.tokens_injected
+            self._seconds += rec.seconds
             self._record = rec
             if self._retrievals_this_step >= self.config.max_retrievals_per_step:
                 # the regenerated step is accepted: move on (one decision per step)
@@ -247,6 +250,7 @@ class RetrievalTimingEnv(gym.Env):
         self._prefix = self._prefix + ("a",)
         rec = yield from self._get_or_generate(kind="next")
         self._tokens += rec.n_tokens
+        self._seconds += rec.seconds
         self._record = rec
         event = CostEvent(**{**event.__dict__, "tokens_generated": event.tokens_generated + rec.n_tokens,
                              "seconds_measured": event.seconds_measured + rec.seconds})
@@ -357,6 +361,9 @@ class RetrievalTimingEnv(gym.Env):
             info["error_kind"] = rec.error_kind
         if quality is not None:
             info["quality"] = quality
+            info["answer"] = rec.text
+            info["tokens"] = self._tokens
+            info["seconds"] = round(self._seconds, 6)
             info["episode"] = list(self._episode)
         return info
 

@@ -11,6 +11,7 @@ use it: ``envs.vector.make_batched(n, config)``.
 
 from __future__ import annotations
 
+from copy import deepcopy
 from typing import Any
 
 import gymnasium as gym
@@ -100,7 +101,9 @@ class BatchedRetrievalEnv(VectorEnv):
         return self._batch_obs(obs), rew, term, trunc, infos
 
     def _batch_obs(self, obs: list) -> Any:
-        return concatenate(self.single_observation_space, obs, self._obs_buf)
+        # a fresh copy each call (like SyncVectorEnv(copy=True)): consumers such as RLlib keep per-env *views*
+        # of the batch in their episodes, so reusing one buffer silently overwrote every stored observation
+        return deepcopy(concatenate(self.single_observation_space, obs, self._obs_buf))
 
     def set_cost_weights(self, weights: dict[str, float]) -> None:
         for e in self.envs:

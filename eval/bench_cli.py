@@ -18,6 +18,7 @@ BENCHES: dict[str, str] = {
     "retrieval": "eval.retrieval_bench:register",
     "env": "eval.env_bench:register",
     "detection": "eval.detection_bench:register",
+    "policies": "eval.bench_policies:register",
 }
 
 

@@ -1,66 +1,103 @@
 """``kairos quickstart``: the README's main job on the embedded default (the micro-world).
 
-Today it loads the shipped micro-world, measures its competence and throughput, runs the fixed retrieval
-triggers (and the label oracle) through the environment on dev questions, and writes a report. Training a
-learned policy into this job comes with the benchmark harness (issue 8).
+1. load the shipped micro-world and measure its competence and throughput;
+2. train a retrieval policy with REINFORCE on Ray RLlib (``configs/train_microworld.yaml``; resumes from
+   its newest checkpoint when rerun after a crash);
+3. benchmark it against the calibrated fixed triggers and baselines (``configs/bench_microworld.yaml``:
+   thresholds swept on dev, everything evaluated on held-out test questions, paired statistics);
+4. write one report (Markdown + the benchmark's self-contained HTML with plots) and print its path.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import time
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("quickstart", help="the main job on the embedded micro-world (writes a report)")
+    p = sub.add_parser("quickstart", help="the main job on the embedded micro-world: train, benchmark, report")
     p.add_argument("--out", default="runs/quickstart", help="output directory")
-    p.add_argument("--artifact", default=None, help="micro-world artifact (default: the shipped one)")
+    p.add_argument("--train-config", default="configs/train_microworld.yaml", help="TrainConfig YAML")
+    p.add_argument("--bench-config", default="configs/bench_microworld.yaml", help="BenchConfig YAML")
     p.add_argument("--n", type=int, default=400, help="test questions for the competence evaluation")
-    p.add_argument("--n-dev", type=int, default=100, help="dev questions for the trigger comparison")
+    p.add_argument("--iterations", type=int, default=None, help="override the training iterations")
+    p.add_argument("--test", default=None, help="override the benchmark's test slice, e.g. 100:200")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    import torch
+
     from envs.io import write_json, write_text
     from envs.microworld.artifact import load_artifact
+    from eval.bench_policies import load_config, run_bench
     from eval.microworld import evaluate_world, format_metrics
+    from train.config import TrainConfig
+    from train.report import plot_curves
+    from train.run import train
 
+    torch.set_num_threads(1)
     out = Path(args.out)
-    world = load_artifact(args.artifact)
-    log.info("loaded micro-world %s (%d facts)", world.path, len(world.kb.facts))
+    t0 = time.perf_counter()
+    timings: dict[str, float] = {}
+
+    world = load_artifact(None)
+    log.info("[1/3] micro-world %s: competence and throughput", world.path)
     metrics = evaluate_world(world, split="test", n=args.n, throughput=True)
-    text = format_metrics(metrics)
     write_json(out / "microworld_eval.json", metrics)
-    triggers = compare_triggers(args.artifact, args.n_dev)
-    write_json(out / "triggers.json", triggers)
-    table = ["| trigger | accuracy | calls / question | reward (λ = 0.1) |", "|---|---|---|---|"]
-    for name, r in triggers.items():
-        table.append(f"| {name} | {r['accuracy']:.3f} | {r['calls_per_question']:.2f} | {r['reward']:.3f} |")
-    text += f"\nFixed triggers through the env ({args.n_dev} dev questions):\n" + "\n".join(table) + "\n"
-    write_text(out / "report.md", "# Kairos quickstart: micro-world\n\n```\n" + text + "```\n")
+    timings["world_eval_s"] = time.perf_counter() - t0
+
+    log.info("[2/3] training a retrieval policy (%s)", args.train_config)
+    tcfg = TrainConfig.from_yaml(args.train_config)
+    tcfg.out_dir = str(out / "train")
+    if args.iterations:
+        tcfg.iterations = args.iterations
+    t1 = time.perf_counter()
+    tsum = train(tcfg, resume=True, show_progress=False)
+    plot_curves(out / "train" / "metrics.jsonl", out / "train" / "curves.png")
+    timings["train_s"] = time.perf_counter() - t1
+
+    log.info("[3/3] benchmark against calibrated fixed triggers (%s)", args.bench_config)
+    overrides = [f"test={args.test}"] if args.test else []
+    bcfg = load_config(args.bench_config, out=str(out / "bench"), overrides=overrides)
+    lam = tcfg.curriculum["retrieval_calls"].end if "retrieval_calls" in tcfg.curriculum else None
+    for m in bcfg.methods:
+        if m.kind == "learned":
+            m.path, m.lam = str(out / "train" / "policy_trigger"), lam
+    t2 = time.perf_counter()
+    summary = run_bench(bcfg)
+    timings["bench_s"] = time.perf_counter() - t2
+    timings["total_s"] = time.perf_counter() - t0
+    write_json(out / "timings.json", timings)
+
+    text = _report(metrics, tsum, summary, timings, format_metrics)
+    write_text(out / "report.md", text)
     print(text)
-    log.info("report written to %s", (out / "report.md").resolve())
+    print(f"\nreport: {(out / 'report.md').resolve()}\nhtml:   {(out / 'bench' / 'report.html').resolve()}")
     return 0
 
 
-def compare_triggers(artifact: str | None, n_dev: int) -> dict[str, dict[str, float]]:
-    """Never / always / Single RAG / FLARE / RSUS / oracle through the env on the first ``n_dev`` dev questions."""
-    from envs.components import build_components
-    from envs.env_config import EnvConfig
-    from policies.triggers import AlwaysTrigger, NeverTrigger, OracleTrigger, SingleTrigger, ThresholdTrigger
-    from train.evaluate import evaluate_policy
-
-    cfg = EnvConfig(artifact=artifact, split="dev", rsus_components=["ent"], costs={"retrieval_calls": 0.1})
-    comps = build_components(cfg)
-    n = min(n_dev, len(comps.questions))
-    out = {}
-    for trig in [NeverTrigger(), AlwaysTrigger(), SingleTrigger(),
-                 ThresholdTrigger("minprob", 0.9, "below", name="FLARE(minprob<0.9)"),
-                 ThresholdTrigger("rsus", 0.65, "above", name="RSUS(>0.65)"), OracleTrigger()]:
-        r = evaluate_policy(trig, cfg, list(range(n)), components=comps)
-        out[trig.name] = {k: float(r[k]) for k in ("accuracy", "calls_per_question", "reward")}
-        log.info("%s: %s", trig.describe(), out[trig.name])
-    return out
+def _report(metrics, tsum, summary, timings, format_metrics) -> str:
+    rows = ["| method | kind | accuracy [95% CI] | calls / q | reward |", "|---|---|---|---|---|"]
+    for k, v in sorted(summary["methods"].items(), key=lambda kv: -kv[1]["reward"]):
+        rows.append(f"| {k} | {v['kind']} | {v['accuracy']:.3f} [{v['acc_lo']:.3f}, {v['acc_hi']:.3f}] | "
+                    f"{v['calls']:.2f} | {v['reward']:.3f} |")
+    notes = "\n".join(f"- {n}" for n in summary.get("notes", []))
+    return (
+        "# Kairos quickstart: the micro-world\n\n"
+        f"Wall time {timings['total_s'] / 60:.1f} min (world evaluation {timings['world_eval_s']:.0f} s, "
+        f"training {timings['train_s']:.0f} s, benchmark {timings['bench_s']:.0f} s).\n\n"
+        "## 1. The shipped micro-world\n\n```\n" + format_metrics(metrics) + "```\n\n"
+        "## 2. Training (REINFORCE on Ray RLlib)\n\n"
+        f"{tsum['iteration']} iterations, final metrics: "
+        + ", ".join(f"{k} {v:.3f}" for k, v in sorted(tsum.get("final_metrics", {}).items())
+                    if k in ("episode_return", "quality", "retrievals_per_episode", "retrieve_prob"))
+        + ".\n\n![learning curves](train/curves.png)\n\n"
+        "## 3. Benchmark (held-out test questions)\n\n" + "\n".join(rows) + "\n\n" + notes + "\n\n"
+        "Full report with statistics and plots: [bench/report.html](bench/report.html) "
+        "([Markdown](bench/report.md)).\n"
+    )

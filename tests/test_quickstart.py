@@ -1,10 +1,11 @@
-"""The README's main job runs end to end on the shipped micro-world and writes its report."""
+"""The README's main job runs end to end (world check → training → benchmark → report), at smoke size."""
 
 import json
 import subprocess
 import sys
 
 import pytest
+import yaml
 
 from envs.microworld.artifact import DEFAULT_ARTIFACT
 
@@ -12,13 +13,31 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not (DEFAULT_ARTIFACT / "manifest.json").is_file(), reason="no shipped artifact")]
 
 
-def test_quickstart_writes_report(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "eval", "quickstart", "--out", str(tmp_path), "--n", "24",
-                        "--n-dev", "12"], capture_output=True, text=True, timeout=900)
+def test_quickstart_trains_benchmarks_and_reports(tmp_path):
+    train = yaml.safe_load(open("configs/train_microworld.yaml"))
+    train.update(iterations=2, checkpoint_every=1)
+    train["algo"]["episodes_per_batch"] = 16
+    train["env_config"].update(max_questions=32, cache_path=str(tmp_path / "train_cache.sqlite"))
+    bench = yaml.safe_load(open("configs/bench_microworld.yaml"))
+    bench["env"]["cache_path"] = str(tmp_path / "bench_cache.sqlite")
+    bench.update(dev="0:12", test="12:36", n_resamples=500, test_curves=False)
+    keep = {"CoT", "IRCoT", "FLARE", "DRAGIN", "PUlSE-step", "Random", "Oracle"}
+    bench["methods"] = [m for m in bench["methods"] if m["name"] in keep or m["kind"] == "learned"]
+    (tmp_path / "train.yaml").write_text(yaml.safe_dump(train))
+    (tmp_path / "bench.yaml").write_text(yaml.safe_dump(bench))
+    out = tmp_path / "qs"
+    r = subprocess.run([sys.executable, "-m", "eval", "quickstart", "--out", str(out), "--n", "24",
+                        "--train-config", str(tmp_path / "train.yaml"), "--bench-config", str(tmp_path / "bench.yaml")],
+                       capture_output=True, text=True, timeout=1200)
     assert r.returncode == 0, r.stderr[-3000:]
-    report = (tmp_path / "report.md").read_text()
-    assert "Fixed triggers through the env" in report and "FLARE" in report
-    trig = json.loads((tmp_path / "triggers.json").read_text())
-    assert trig["CoT"]["calls_per_question"] == 0.0 and trig["IRCoT"]["calls_per_question"] > 1.0
-    m = json.loads((tmp_path / "microworld_eval.json").read_text())
+    assert f"report: {(out / 'report.md').resolve()}" in r.stdout
+    report = (out / "report.md").read_text()
+    for name in ("FLARE", "learned", "Random", "Oracle", "Skipped DRAGIN"):
+        assert name in report
+    s = json.loads((out / "bench" / "summary.json").read_text())
+    assert s["methods"]["CoT"]["calls"] == 0.0 and s["methods"]["IRCoT"]["calls"] > 1.0
+    assert s["methods"]["learned(λ=0.1)"]["n"] == 24
+    assert (out / "train" / "policy_trigger" / "spec.json").is_file() and (out / "train" / "curves.png").is_file()
+    assert (out / "bench" / "report.html").is_file()
+    m = json.loads((out / "microworld_eval.json").read_text())
     assert m["targets"]["known_recall>=0.95"]["met"]

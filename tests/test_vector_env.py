@@ -40,6 +40,19 @@ def test_batched_env_matches_single_envs(cfg):
             break
 
 
+def test_batched_observations_are_not_overwritten_by_later_steps(cfg):
+    """Regression: RLlib keeps views of each returned batch; a reused buffer rewrote every stored obs."""
+    vec = make_batched(2, cfg)
+    first, _ = vec.reset(seed=1)
+    kept = {k: v.copy() for k, v in first.items()}
+    views = {k: v[0] for k, v in first.items()}  # what an episode stores: a per-env view
+    for _ in range(2):
+        vec.step(np.ones(2, dtype=np.int64))
+    for k in kept:
+        np.testing.assert_array_equal(first[k], kept[k])
+        np.testing.assert_array_equal(views[k], kept[k][0])
+
+
 def test_oracle_enumerates_leaves(cfg):
     from envs.retrieval_env import RetrievalTimingEnv
     from eval.oracle import best_leaf, enumerate_leaves

@@ -3,6 +3,7 @@
 Examples:
     python -m train --config configs/train_microworld.yaml
     python -m train --config configs/train_microworld.yaml --resume      # continue after a crash / kill
+    python -m train --config configs/train_microworld.yaml --sweep       # Tune grid: sweep.seeds × sweep.lambda_end
     ray job submit --working-dir . -- python -m train --config configs/train_microworld.yaml
 """
 
@@ -21,6 +22,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in out_dir")
     p.add_argument("--stop-after", type=int, default=None, help="stop after N iterations of this invocation")
     p.add_argument("--no-progress", action="store_true", help="no rich progress bar (log lines only)")
+    p.add_argument("--sweep", action="store_true",
+                   help="run the config's sweep grid (seeds × final λ) through Ray Tune instead of one run")
     TrainConfig.add_cli_args(p)
 
 
@@ -32,6 +35,13 @@ def run(args: argparse.Namespace) -> int:
     over = TrainConfig.cli_overrides(args)
     if over:
         cfg = cfg.replace(**over)
+    if args.sweep:
+        from train.sweep import sweep
+
+        out = sweep(cfg)
+        logging.getLogger("kairos.train").info("sweep done: %d trials, Tune logs (TensorBoard) in %s",
+                                               len(out["trials"]), out["tune_dir"])
+        return 0
     summary = train(cfg, resume=args.resume, stop_after=args.stop_after, show_progress=not args.no_progress)
     logging.getLogger("kairos.train").info("done: %s", json.dumps(
         {k: summary[k] for k in ("iteration", "wall_seconds", "driver_peak_rss_mb", "policy_dir")}))

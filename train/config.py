@@ -45,6 +45,7 @@ class ModelOptions(ConfigBase):
     n_layers: int = helpf(1, "transformer layers")
     n_heads: int = helpf(2, "attention heads")
     ff_dim: int = helpf(64, "feed-forward width")
+    normalize: bool = helpf(True, "standardise each observation dimension with running statistics (learner-updated)")
     explore_floor: float = helpf(0.05, "anti-collapse: a loss barrier keeps π(retrieve) >= this on visited states")
     explore_mix: float = helpf(0.0, "optional ε-mix of the sampling policy with uniform (learner uses the raw one)")
     freeze: list[str] = helpf([], "parameter groups to freeze: trunk, retrieve, query, value")
@@ -82,6 +83,21 @@ class ScheduleConfig(ConfigBase):
 
 
 @dataclass
+class SweepOptions(ConfigBase):
+    """A Ray Tune grid over seeds and the final λ (``python -m train --config … --sweep``)."""
+
+    seeds: list[int] = helpf([], "seeds to run (empty: the run's own seed)")
+    lambda_end: list[float] = helpf([], "final λ of the retrieval_calls schedule to run (empty: the config's)")
+    max_concurrent: int = helpf(1, "trials at once (each needs 2 CPUs: the trial driver and its EnvRunner)")
+
+    def validate(self) -> None:
+        if self.max_concurrent < 1:
+            raise ConfigError("SweepOptions: max_concurrent must be >= 1")
+        if any(v < 0 for v in self.lambda_end):
+            raise ConfigError("SweepOptions: lambda_end values must be >= 0")
+
+
+@dataclass
 class TrainConfig(ConfigBase):
     """One training run (``python -m train --config configs/train_microworld.yaml``)."""
 
@@ -104,6 +120,8 @@ class TrainConfig(ConfigBase):
     checkpoint_every: int = helpf(5, "save a checkpoint every N iterations (and at the end)")
     keep_checkpoints: int = helpf(2, "checkpoints kept on disk (oldest deleted)")
     eval_questions: int = helpf(0, "after training, evaluate greedily on this many dev questions (0: skip)")
+    sweep: SweepOptions = field(default_factory=SweepOptions,
+                                metadata={"help": "Tune grid over seeds × final λ (used with --sweep)"})
 
     def validate(self) -> None:
         if self.iterations < 1 or self.checkpoint_every < 1 or self.keep_checkpoints < 1:

@@ -12,10 +12,15 @@ Example:
 
 from __future__ import annotations
 
+import json
+import logging
+import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+log = logging.getLogger(__name__)
 
 
 def _as_trigger(policy: Any):
@@ -33,23 +38,51 @@ def _as_trigger(policy: Any):
     raise TypeError(f"evaluate_policy: need a Trigger, a PolicyNet or an exported policy dir, got {type(policy)}")
 
 
+def _done_rows(path: Path | None) -> dict[int, dict[str, Any]]:
+    """Rows already in a per-question JSONL (a torn last line from a crash is ignored and rewritten)."""
+    if path is None or not path.is_file():
+        return {}
+    rows: dict[int, dict[str, Any]] = {}
+    lines = path.read_text().splitlines()
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:
+                log.warning("%s: ignoring a torn last line (crash while writing); it will be redone", path)
+                continue
+            raise ValueError(f"{path}:{i + 1}: not valid JSON (delete the file to start over)") from None
+        rows[int(row["question_index"])] = row
+    return rows
+
+
 def evaluate_policy(policy_or_trigger: Any, env_config: dict | Any, question_indices: list[int],
-                    batch_size: int = 16, components=None, return_episodes: bool = False) -> dict[str, Any]:
+                    batch_size: int = 16, components=None, return_episodes: bool = False,
+                    jsonl_path: str | Path | None = None, progress: str | None = None) -> dict[str, Any]:
     """Greedy episodes of ``policy_or_trigger`` on ``question_indices`` of ``env_config``'s split.
 
     Args:
         policy_or_trigger: a Trigger (``decide(obs, info)``), a :class:`policies.rl.net.PolicyNet`, or the
-            directory of an exported policy.
+            directory of an exported policy. Each episode gets its own copy, reset with the question index
+            as seed, so results do not depend on batching or on resuming.
         env_config: :class:`envs.env_config.EnvConfig` or dict (micro-world preset defaults apply); its
             ``costs`` are the λ the reward uses. ``max_questions`` is lifted to cover the indices.
         question_indices: indices into the split's question list.
         batch_size: questions in flight at once (one batched generation call per round).
         components: prebuilt env components (reuse the model across calls).
         return_episodes: also return per-question rows.
+        jsonl_path: append one row per finished question (decisions, signals, queries, passages, answer,
+            costs, tokens, seconds); questions already in the file are not rerun (crash-resume).
+        progress: a tqdm description to show a progress bar (None: no bar).
 
     Returns:
-        ``{"policy", "n", "accuracy", "calls_per_question", "reward", "steps_per_question"}`` (+ ``episodes``).
+        ``{"policy", "n", "accuracy", "calls_per_question", "reward", "steps_per_question",
+        "tokens_per_question", "seconds_per_question"}`` (+ ``episodes``).
     """
+    import copy
+
     from envs.env_config import EnvConfig
     from envs.registration import PRESETS
     from envs.vector import BatchedRetrievalEnv
@@ -59,23 +92,42 @@ def evaluate_policy(policy_or_trigger: Any, env_config: dict | Any, question_ind
     cfg = {**PRESETS["microworld"], **cfg}
     if question_indices and cfg.get("max_questions") is not None:
         cfg["max_questions"] = max(int(cfg["max_questions"]), max(question_indices) + 1)
-    venv = BatchedRetrievalEnv(min(batch_size, max(1, len(question_indices))), cfg, components=components)
-    lam = venv.envs[0].get_cost_weights()
-    rows: list[dict[str, Any]] = []
+    jsonl = Path(jsonl_path) if jsonl_path is not None else None
+    done = _done_rows(jsonl)
+    wanted = [int(q) for q in question_indices]
+    todo = [q for q in wanted if q not in done]
+    rows: list[dict[str, Any]] = [done[q] for q in wanted if q in done]
+    sink = None
+    if jsonl is not None:
+        jsonl.parent.mkdir(parents=True, exist_ok=True)
+        if done:  # rewrite without a torn tail, atomically, before appending
+            from envs.io import write_text
+
+            write_text(jsonl, "".join(json.dumps(done[q]) + "\n" for q in sorted(done)))
+        sink = open(jsonl, "a")
+    bar = None
+    if progress is not None and todo:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(wanted), initial=len(wanted) - len(todo), desc=progress, unit="q", leave=False)
+    venv = BatchedRetrievalEnv(min(batch_size, max(1, len(todo))), cfg, components=components) if todo else None
+    lam = (venv.envs[0].get_cost_weights() if venv is not None
+           else {k: float(v) for k, v in (cfg.get("costs") or {}).items()})
     try:
-        for start in range(0, len(question_indices), venv.num_envs):
-            chunk = question_indices[start:start + venv.num_envs]
+        for start in range(0, len(todo), venv.num_envs if venv else 1):
+            chunk = todo[start:start + venv.num_envs]
             envs_ = venv.envs[:len(chunk)]
+            trig = [copy.deepcopy(trigger) for _ in chunk]
+            for t, q in zip(trig, chunk):
+                t.reset(seed=int(q))
             outs = venv._run([e.reset_gen(options={"question_index": int(q)}) for e, q in zip(envs_, chunk)])
             obs = [o for o, _ in outs]
             infos = [i for _, i in outs]
             ret = [0.0] * len(chunk)
             steps = [0] * len(chunk)
             active = list(range(len(chunk)))
-            for j in active:
-                trigger.reset(seed=int(chunk[j]))
             while active:
-                acts = {j: trigger.decide(obs[j], infos[j]) for j in active}
+                acts = {j: trig[j].decide(obs[j], infos[j]) for j in active}
                 res = venv._run([envs_[j].step_gen(acts[j]) for j in active])
                 still = []
                 for j, (o, r, te, tr, info) in zip(active, res):
@@ -83,25 +135,54 @@ def evaluate_policy(policy_or_trigger: Any, env_config: dict | Any, question_ind
                     ret[j] += r
                     steps[j] += 1
                     if te or tr:
-                        rows.append({"question_index": int(chunk[j]), "question_id": info["question_id"],
-                                     "quality": float(info["quality"]), "calls": int(info["retrievals"]),
-                                     "reward": ret[j], "steps": steps[j]})
+                        row = _row(int(chunk[j]), info, ret[j], steps[j], truncated=bool(tr and not te))
+                        rows.append(row)
+                        if sink is not None:
+                            sink.write(json.dumps(row) + "\n")
+                            sink.flush()
+                        if bar is not None:
+                            bar.update(1)
                     else:
                         still.append(j)
                 active = still
+            if sink is not None:
+                os.fsync(sink.fileno())
     finally:
-        venv.close()
+        if venv is not None:
+            venv.close()
+        if sink is not None:
+            sink.close()
+        if bar is not None:
+            bar.close()
     rows.sort(key=lambda r: r["question_index"])
-    q = np.array([r["quality"] for r in rows]) if rows else np.zeros(0)
-    calls = np.array([r["calls"] for r in rows]) if rows else np.zeros(0)
-    out: dict[str, Any] = {
-        "policy": getattr(trigger, "name", type(trigger).__name__), "n": len(rows),
-        "accuracy": float(q.mean()) if rows else float("nan"),
-        "calls_per_question": float(calls.mean()) if rows else float("nan"),
-        "reward": float(np.mean([r["reward"] for r in rows])) if rows else float("nan"),
-        "reward_at_env_lambda": lam,
-        "steps_per_question": float(np.mean([r["steps"] for r in rows])) if rows else float("nan"),
-    }
+    out: dict[str, Any] = {"policy": getattr(trigger, "name", type(trigger).__name__), "n": len(rows),
+                           **summarize_rows(rows), "reward_at_env_lambda": lam}
     if return_episodes:
         out["episodes"] = rows
     return out
+
+
+def _row(qidx: int, info: dict[str, Any], ret: float, steps: int, truncated: bool) -> dict[str, Any]:
+    return {"question_index": qidx, "question_id": info["question_id"], "quality": float(info["quality"]),
+            "calls": int(info["retrievals"]), "reward": float(ret), "steps": steps,
+            "tokens": int(info.get("tokens", 0)), "seconds": float(info.get("seconds", 0.0)),
+            "answer": info.get("answer"), "truncated": truncated,
+            "decisions": [_jsonable(d) for d in info.get("episode", [])]}
+
+
+def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(json.dumps(d, default=lambda x: x.tolist() if hasattr(x, "tolist") else str(x)))
+
+
+def summarize_rows(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Means over per-question rows: accuracy, calls, reward, steps, tokens and seconds per question."""
+    if not rows:
+        return {k: float("nan") for k in ("accuracy", "calls_per_question", "reward", "steps_per_question",
+                                          "tokens_per_question", "seconds_per_question")}
+
+    def mean(key):
+        return float(np.mean([r.get(key, 0.0) for r in rows]))
+
+    return {"accuracy": mean("quality"), "calls_per_question": mean("calls"), "reward": mean("reward"),
+            "steps_per_question": mean("steps"), "tokens_per_question": mean("tokens"),
+            "seconds_per_question": mean("seconds")}

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from envs.io import write_json
 from train.config import TrainConfig
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,8 @@ def build_algo_config(cfg: TrainConfig):
     a, m = cfg.algo, cfg.model
     register_env(ENV_NAME, make_env)
     model_config = {"arch": m.arch, "d_model": m.d_model, "n_layers": m.n_layers, "n_heads": m.n_heads,
-                    "ff_dim": m.ff_dim, "explore_floor": m.explore_floor, "explore_mix": m.explore_mix, "freeze": list(m.freeze),
+                    "ff_dim": m.ff_dim, "normalize": m.normalize,
+                    "explore_floor": m.explore_floor, "explore_mix": m.explore_mix, "freeze": list(m.freeze),
                     "query_modes": list(cfg.env_config.get("query_modes", []))}
     return (
         ReinforceConfig()
@@ -176,8 +178,8 @@ def warm_start(algo, path: str) -> None:
 
 
 # ---------------------------------------------------------------- the run
-def train(cfg: TrainConfig, resume: bool = False, stop_after: int | None = None, show_progress: bool = True
-          ) -> dict[str, Any]:
+def train(cfg: TrainConfig, resume: bool = False, stop_after: int | None = None, show_progress: bool = True,
+          on_iteration=None) -> dict[str, Any]:
     """Train (or continue) a run; returns a summary dict (also written to ``out_dir/summary.json``).
 
     Args:
@@ -186,6 +188,7 @@ def train(cfg: TrainConfig, resume: bool = False, stop_after: int | None = None,
         stop_after: stop after this many iterations *of this call* (for tests / time-boxing); the final
             checkpoint is still written.
         show_progress: show a rich progress bar with the latest metrics line.
+        on_iteration: ``f(iteration, metrics)`` after every iteration (Tune trials report through it).
     """
     import resource
 
@@ -198,7 +201,7 @@ def train(cfg: TrainConfig, resume: bool = False, stop_after: int | None = None,
     cache = cfg.env_config.get("cache_path")
     if cache:
         Path(cache).parent.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
+    write_json(out / "config.json", cfg.to_dict())
     started = init_ray(cfg)
     algo = build_algo_config(cfg).build_algo()
     try:
@@ -229,6 +232,8 @@ def train(cfg: TrainConfig, resume: bool = False, stop_after: int | None = None,
                 line = progress_line(it, cfg.iterations, last, last["iteration_seconds"])
                 progress.update(it, line)
                 log.info(line)
+                if on_iteration is not None:
+                    on_iteration(it, last)
                 if it % cfg.checkpoint_every == 0 or it >= cfg.iterations:
                     save_checkpoint(algo, ckpt_dir, cfg.keep_checkpoints)
         if not list_checkpoints(ckpt_dir) or int(list_checkpoints(ckpt_dir)[-1].name[len(CKPT_PREFIX):]) != algo.iteration:
@@ -264,7 +269,7 @@ def train(cfg: TrainConfig, resume: bool = False, stop_after: int | None = None,
 
         summary["dev_eval"] = evaluate_policy(LearnedTrigger.load(out / "policy_trigger"), env_cfg,
                                               list(range(cfg.eval_questions)))
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_json(out / "summary.json", summary)
     return summary
 
 

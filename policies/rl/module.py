@@ -48,7 +48,7 @@ def spec_from_spaces(observation_space: gym.spaces.Dict, action_space: gym.Space
     else:
         raise ValueError(f"KairosRLModule: action space must be Discrete(2) or Tuple(Discrete(2), Discrete(n)), "
                          f"got {action_space}")
-    keys = ("arch", "d_model", "n_layers", "n_heads", "ff_dim")
+    keys = ("arch", "d_model", "n_layers", "n_heads", "ff_dim", "normalize")
     return PolicySpec(fields=fields, n_modes=n_modes, query_modes=list(model_config.get("query_modes", [])),
                       **{k: model_config[k] for k in keys if k in model_config})
 
@@ -165,6 +165,9 @@ class KairosRLModule(TorchRLModule):
         # no importance correction, bias O(mix)). The floor itself is a barrier in the loss
         # (train.reinforce.reinforce_loss): differentiating a floored mixture vanishes once the raw policy
         # saturates at "never retrieve", and it never recovers (measured on the toy env).
+        # only the learner calls _forward_train: its batches update the input statistics (synced to the
+        # env runners with the weights)
+        self.net.update_normalizer(batch[Columns.OBS])
         return self._dist_inputs(batch, 0.0)
 
     @override(TorchRLModule)

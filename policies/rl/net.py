@@ -1,8 +1,12 @@
 """The policy network, in plain torch: one token per observation field → transformer encoder (or MLP) → heads.
 
 Every field of the Dict observation (``pulse``, ``output``, ``rsus``, ``history``, ``mask``, …) is squashed
-(``sign(x)·log1p|x|``, so unbounded signals stay tame), projected linearly to ``d_model`` and tagged with a
-learned field embedding. A learned ``[CLS]`` token joins them; the encoder's output at ``[CLS]`` feeds three
+(``sign(x)·log1p|x|``, so unbounded signals stay tame), standardised per dimension with running statistics
+(``normalize``; updated by the learner from every training batch, stored as buffers so they travel with the
+weights to the env runners and into exports), projected linearly to ``d_model`` and tagged with a learned
+field embedding. Standardising matters: step signals such as MinProb live in a sliver of their range
+(0.9 vs 0.99 separates wrong from right steps on the micro-world); unscaled, the policy never learned that
+boundary. A learned ``[CLS]`` token joins them; the encoder's output at ``[CLS]`` feeds three
 heads: ``retrieve`` (2 logits), ``query`` (one logit per QueryGen mode; absent with one mode) and ``value``.
 
 ``arch="mlp"`` replaces the encoder by an MLP over the concatenated field tokens (a cheaper baseline).
@@ -31,12 +35,15 @@ class PolicySpec:
     n_heads: int = 2
     ff_dim: int = 64
     query_modes: list[str] = field(default_factory=list)  # names of the modes (informational)
+    normalize: bool = True                 # running per-dimension standardisation of the squashed inputs
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> PolicySpec:
+        d = dict(d)
+        d.setdefault("normalize", False)  # exports written before normalisation existed
         return cls(**d)
 
 
@@ -58,6 +65,11 @@ class PolicyNet(nn.Module):
         self.names = list(spec.fields)
         self.proj = nn.ModuleDict({k: nn.Linear(n, d) for k, n in spec.fields.items()})
         self.field_emb = nn.Parameter(torch.randn(len(self.names), d) * 0.02)
+        if spec.normalize:
+            for k, n in spec.fields.items():
+                self.register_buffer(f"obs_mean_{k}", torch.zeros(n))
+                self.register_buffer(f"obs_var_{k}", torch.ones(n))
+            self.register_buffer("obs_count", torch.zeros(()))
         self.norm = nn.LayerNorm(d)
         if spec.arch == "transformer":
             self.cls = nn.Parameter(torch.zeros(1, 1, d))
@@ -95,9 +107,40 @@ class PolicyNet(nn.Module):
             for p in self.group_parameters(g):
                 p.requires_grad_(False)
 
+    @torch.no_grad()
+    def update_normalizer(self, obs: dict[str, torch.Tensor], max_count: float = 1e6) -> None:
+        """Merge a batch into the running mean/variance of every field (parallel Welford update).
+
+        The effective count is capped at ``max_count`` so the statistics can follow a drifting
+        state distribution (the policy changes what it visits)."""
+        if not self.spec.normalize:
+            return
+        n_old = float(self.obs_count)
+        for k in self.names:
+            x = squash(obs[k].reshape(obs[k].shape[0], -1))
+            n_new = x.shape[0]
+            if n_new == 0:
+                return
+            mean_b, var_b = x.mean(0), x.var(0, unbiased=False)
+            mean, var = getattr(self, f"obs_mean_{k}"), getattr(self, f"obs_var_{k}")
+            tot = n_old + n_new
+            delta = mean_b - mean
+            new_mean = mean + delta * (n_new / tot)
+            new_var = (var * n_old + var_b * n_new + delta ** 2 * n_old * n_new / tot) / tot
+            mean.copy_(new_mean)
+            var.copy_(new_var)
+        self.obs_count.fill_(min(n_old + n_new, max_count))
+
+    def _field_input(self, obs: dict[str, torch.Tensor], k: str) -> torch.Tensor:
+        x = squash(obs[k].reshape(obs[k].shape[0], -1))
+        if self.spec.normalize and float(self.obs_count) > 0:
+            mean, var = getattr(self, f"obs_mean_{k}"), getattr(self, f"obs_var_{k}")
+            x = ((x - mean) / torch.sqrt(var.clamp_min(1e-2))).clamp(-10.0, 10.0)
+        return x
+
     def encode(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
         """``[B, d_model]`` summary of a batch of Dict observations."""
-        toks = [self.proj[k](squash(obs[k].reshape(obs[k].shape[0], -1))) for k in self.names]
+        toks = [self.proj[k](self._field_input(obs, k)) for k in self.names]
         x = self.norm(torch.stack(toks, dim=1) + self.field_emb)  # [B, F, d]
         if self.spec.arch == "transformer":
             x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], dim=1)

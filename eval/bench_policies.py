@@ -1,0 +1,447 @@
+"""``kairos bench policies``: learned policies versus calibrated fixed triggers and published baselines (DESIGN §8).
+
+The main flow (:func:`run_bench`), top to bottom:
+
+1. build the env components once (one reasoner, one retriever, one corpus for every method);
+2. run CoT (never retrieve) on the **dev** questions — its step signals give each threshold trigger an
+   automatic threshold grid (quantiles), when the config does not list one;
+3. **calibrate** every threshold trigger on dev: sweep its grid, keep the threshold with the best reward
+   ``quality − Σ λ·cost`` (ties: fewer calls). Thresholds are never copied from papers;
+4. run every method on the **test** questions (one JSONL row per question: decisions, signals, queries,
+   passages, answer, costs, tokens, seconds; rerunning skips finished questions, so a crash resumes);
+   threshold triggers also sweep their grid on test, which draws their accuracy-vs-calls curve;
+   Random runs at the retrieval rate of the method it is matched to, over several seeds;
+5. statistics (:mod:`eval.stats`): bootstrap CIs, paired bootstrap and exact McNemar (Holm-corrected) of
+   every method against the reference, accuracy at matched retrieval budgets, frontier dominance, the
+   Pareto frontier;
+6. the report (:mod:`eval.bench_report`): ``summary.json``, ``report.md``, ``report.html`` with PNG plots.
+
+A method whose signal the env does not produce (e.g. DRAGIN's RIND on a backend without attentions) is
+*skipped with its reason in the report*, never silently replaced.
+
+Example config (``configs/bench_microworld.yaml``)::
+
+    env: {task: microworld, split: dev, rsus_components: [ent]}
+    dev: "0:100"
+    test: "100:400"
+    lambda_retrieval: 0.1
+    methods:
+      - {name: CoT, kind: never}
+      - {name: FLARE, kind: threshold, signal: minprob, direction: below}
+      - {name: Random, kind: random, match: FLARE, seeds: 3}
+      - {name: learned, kind: learned, path: runs/train/microworld/policy_trigger, lam: 0.1}
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from envs.config import ConfigBase, ConfigError, helpf
+
+log = logging.getLogger(__name__)
+
+KINDS = ("never", "always", "single", "threshold", "random", "oracle", "learned")
+#: the report's grouping of method kinds
+REPORT_KIND = {"never": "baseline", "always": "baseline", "single": "baseline", "threshold": "fixed",
+               "random": "random", "oracle": "oracle", "learned": "learned"}
+QUANTILES = (0.01, 0.02, 0.05, 0.08, 0.12, 0.16, 0.2, 0.3, 0.4, 0.5, 0.7)
+
+
+@dataclass
+class MethodSpec(ConfigBase):
+    """One method of the benchmark."""
+
+    name: str = helpf("", "display name (unique)")
+    kind: str = helpf("threshold", "never | always | single | threshold | random | oracle | learned")
+    signal: str | None = helpf(None, "threshold: the step signal (info['signals'] name, e.g. minprob, rsus)")
+    direction: str = helpf("below", "threshold: retrieve when the signal is 'below' or 'above' the threshold")
+    thresholds: list[float] | None = helpf(None, "threshold: the dev sweep grid (null: quantiles of the "
+                                                 "signal under CoT on dev)")
+    fixed_threshold: float | None = helpf(None, "threshold: use this value instead of calibrating (for "
+                                                "baselines whose published operating point is part of the "
+                                                "method, e.g. RSUS τ = 0.65); it is still reported as fixed")
+    match: str | None = helpf(None, "random: the method whose per-decision retrieval rate on test it matches")
+    p: float | None = helpf(None, "random: the retrieval probability (instead of match)")
+    seeds: int = helpf(3, "random: seeds (per-question quality is averaged over them)")
+    path: str | None = helpf(None, "learned: exported policy directory (policies.rl.export)")
+    lam: float | None = helpf(None, "learned: the λ_retrieval it was trained at (label only)")
+
+    def validate(self) -> None:
+        if not self.name:
+            raise ConfigError("MethodSpec: every method needs a name")
+        if self.kind not in KINDS:
+            raise ConfigError(f"MethodSpec '{self.name}': kind must be one of {KINDS}, got '{self.kind}'")
+        if self.kind == "threshold" and not self.signal:
+            raise ConfigError(f"MethodSpec '{self.name}': a threshold method needs 'signal'")
+        if self.direction not in ("below", "above"):
+            raise ConfigError(f"MethodSpec '{self.name}': direction must be below or above")
+        if self.kind == "random" and (self.match is None) == (self.p is None):
+            raise ConfigError(f"MethodSpec '{self.name}': a random method needs exactly one of 'match' or 'p'")
+        if self.kind == "learned" and not self.path:
+            raise ConfigError(f"MethodSpec '{self.name}': a learned method needs 'path' (an exported policy)")
+
+
+@dataclass
+class BenchConfig(ConfigBase):
+    """A policy benchmark (``kairos bench policies --config …``)."""
+
+    name: str = helpf("microworld", "benchmark name (report title)")
+    out_dir: str = helpf("runs/bench/microworld", "output directory (per-question JSONL, summary, reports)")
+    env: dict = helpf({"task": "microworld", "split": "dev", "rsus_components": ["ent"]},
+                      "env config (EnvConfig fields); its split holds both the dev and the test questions")
+    dev: str = helpf("0:100", "calibration questions: a 'start:stop' slice of the split")
+    test: str = helpf("100:400", "evaluation questions: a 'start:stop' slice, disjoint from dev")
+    lambda_retrieval: float = helpf(0.1, "λ of retrieval calls in the reward used to calibrate and report")
+    reference: str = helpf("CoT", "the method every other is compared with (paired tests)")
+    methods: list[MethodSpec] = field(default_factory=list, metadata={"help": "the methods to run"})
+    test_curves: bool = helpf(True, "sweep each threshold trigger's grid on test too (the plot's curves)")
+    group_by: list[str] = helpf([], "question attributes to break results down by (e.g. hops)")
+    batch_size: int = helpf(16, "questions in flight per batched generation call")
+    n_resamples: int = helpf(10_000, "bootstrap resamples (fixed seed)")
+    seed: int = helpf(0, "seed of the statistics (and base seed of Random)")
+
+    def validate(self) -> None:
+        names = [m.name for m in self.methods]
+        if not names:
+            raise ConfigError("BenchConfig: 'methods' is empty")
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ConfigError(f"BenchConfig: duplicate method name(s) {sorted(dup)}")
+        if self.reference not in names:
+            raise ConfigError(f"BenchConfig: reference '{self.reference}' is not one of the methods {names}")
+        for m in self.methods:
+            if m.kind == "random" and m.match is not None and m.match not in names:
+                raise ConfigError(f"BenchConfig: method '{m.name}' matches unknown method '{m.match}'")
+        d, t = parse_slice(self.dev, "dev"), parse_slice(self.test, "test")
+        if max(d.start, t.start) < min(d.stop, t.stop):
+            raise ConfigError(f"BenchConfig: dev {self.dev} and test {self.test} overlap")
+
+
+def parse_slice(text: str, key: str) -> range:
+    """``"100:400"`` → ``range(100, 400)`` (a clear error naming the key otherwise)."""
+    try:
+        a, b = (int(x) for x in str(text).split(":"))
+    except ValueError:
+        raise ConfigError(f"BenchConfig: key '{key}' must look like 'start:stop', got {text!r}") from None
+    if not 0 <= a < b:
+        raise ConfigError(f"BenchConfig: key '{key}' needs 0 <= start < stop, got {text!r}")
+    return range(a, b)
+
+
+# ---------------------------------------------------------------- triggers
+def make_trigger(m: MethodSpec, threshold: float | None = None, p: float | None = None, seed: int = 0):
+    """The :class:`policies.triggers.Trigger` of a method (threshold / rate filled in by the caller)."""
+    from policies import triggers as T
+
+    if m.kind == "never":
+        t = T.NeverTrigger()
+    elif m.kind == "always":
+        t = T.AlwaysTrigger()
+    elif m.kind == "single":
+        t = T.SingleTrigger()
+    elif m.kind == "oracle":
+        t = T.OracleTrigger()
+    elif m.kind == "threshold":
+        t = T.ThresholdTrigger(m.signal, float(threshold), m.direction, name=m.name)
+    elif m.kind == "random":
+        t = T.RandomTrigger(float(p), seed=seed, name=m.name)
+    else:
+        from policies.rl.export import LearnedTrigger
+
+        path = Path(m.path)
+        if not (path / "spec.json").is_file():
+            raise FileNotFoundError(f"method '{m.name}': no exported policy at {path} (train one with "
+                                    "`kairos train --config configs/train_microworld.yaml`; it writes "
+                                    "<out_dir>/policy_trigger)")
+        t = LearnedTrigger.load(path, name=m.name)
+    t.name = m.name
+    return t
+
+
+def auto_grid(rows: list[dict], signal: str, direction: str) -> list[float]:
+    """Thresholds at quantiles of ``signal`` over every step of ``rows`` (CoT episodes on dev)."""
+    vals = np.array([d["signals"][signal] for r in rows for d in r["decisions"] if signal in d.get("signals", {})],
+                    dtype=float)
+    vals = vals[np.isfinite(vals)]
+    if vals.size == 0:
+        return []
+    qs = QUANTILES if direction == "below" else tuple(1.0 - q for q in QUANTILES)
+    grid = sorted({float(np.quantile(vals, q)) for q in qs})
+    # "below t" with t = min never fires: nudge so every grid point retrieves somewhere
+    eps = 1e-9 * max(1.0, float(np.abs(vals).max()))
+    return [g + eps if direction == "below" else g - eps for g in grid]
+
+
+def retrieval_rate(rows: list[dict]) -> float:
+    """Retrievals per decision (what a matched Random trigger needs)."""
+    decisions = sum(len(r["decisions"]) for r in rows)
+    return sum(r["calls"] for r in rows) / decisions if decisions else 0.0
+
+
+# ---------------------------------------------------------------- the run
+class Runner:
+    """Runs triggers through the env with shared components; one resumable JSONL per (method, split)."""
+
+    def __init__(self, cfg: BenchConfig, components=None):
+        from envs.components import build_components
+        from envs.env_config import EnvConfig
+
+        self.cfg = cfg
+        env = dict(cfg.env)
+        env["costs"] = {**(env.get("costs") or {}), "retrieval_calls": cfg.lambda_retrieval}
+        self.env_config = EnvConfig.from_dict(env)
+        self.components = components or build_components(self.env_config)
+        self.scalars = set(self.components.scalar_names())
+        self.out = Path(cfg.out_dir)
+
+    def run(self, trigger, split: str, questions: range, tag: str | None = None) -> dict[str, Any]:
+        from train.evaluate import evaluate_policy
+
+        name = _slug(tag or trigger.name)
+        return evaluate_policy(trigger, self.env_config, list(questions), batch_size=self.cfg.batch_size,
+                               components=self.components, return_episodes=True,
+                               jsonl_path=self.out / "per_question" / split / f"{name}.jsonl",
+                               progress=f"{split} {tag or trigger.name}")
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_.=" else "_" for c in text)
+
+
+def run_bench(cfg: BenchConfig, components=None) -> dict[str, Any]:
+    """Calibrate on dev, evaluate on test, compute statistics and write the report. Returns the summary."""
+    from eval.bench_report import write_report
+
+    dev, test = parse_slice(cfg.dev, "dev"), parse_slice(cfg.test, "test")
+    runner = Runner(cfg, components)
+    lam = cfg.lambda_retrieval
+    n_split = len(runner.components.questions)
+    if test.stop > n_split or dev.stop > n_split:
+        raise ConfigError(f"BenchConfig: dev {cfg.dev} / test {cfg.test} exceed the {n_split} questions of "
+                          f"split '{runner.env_config.split}'")
+    log.info("bench %s: dev %s, test %s, λ = %g, %d methods", cfg.name, cfg.dev, cfg.test, lam, len(cfg.methods))
+    from policies.triggers import NeverTrigger
+
+    cot_dev = runner.run(NeverTrigger(), "dev", dev, tag="CoT")
+    results: dict[str, dict[str, Any]] = {}
+    skipped: dict[str, str] = {}
+    calib: dict[str, dict[str, Any]] = {}
+    order = sorted(cfg.methods, key=lambda m: m.kind == "random")  # random ones match others: run last
+    for m in order:
+        try:
+            if m.kind == "threshold" and m.signal not in runner.scalars:
+                raise _Skip(f"signal '{m.signal}' is not produced by this env (available: "
+                            f"{', '.join(sorted(runner.scalars))})")
+            if m.kind == "oracle" and not runner.components.has_labels:
+                raise _Skip("no ground-truth step labels for this task")
+            results[m.name] = _run_method(m, runner, cot_dev, dev, test, results, calib, lam)
+        except _Skip as e:
+            skipped[m.name] = str(e)
+            log.warning("skipping %s: %s", m.name, e)
+    summary = summarize(cfg, runner, results, calib, skipped)
+    paths = write_report(summary, cfg.out_dir)
+    log.info("report: %s", paths["html"])
+    return summary
+
+
+class _Skip(Exception):
+    """A method that cannot run here (its reason goes into the report)."""
+
+
+def _run_method(m: MethodSpec, runner: Runner, cot_dev, dev, test, results, calib, lam) -> dict[str, Any]:
+    if m.kind == "threshold":
+        grid = m.thresholds or auto_grid(cot_dev["episodes"], m.signal, m.direction)
+        if m.fixed_threshold is not None:
+            chosen, sweep = float(m.fixed_threshold), []
+        else:
+            if not grid:
+                raise _Skip(f"signal '{m.signal}' has no finite values on dev")
+            sweep = []
+            for t in grid:
+                r = runner.run(make_trigger(m, threshold=t), "dev", dev, tag=f"{m.name}@{t:.6g}")
+                sweep.append({"threshold": t, "accuracy": r["accuracy"], "calls": r["calls_per_question"],
+                              "reward": r["reward"]})
+            best = max(sweep, key=lambda s: (s["reward"], -s["calls"]))
+            chosen = best["threshold"]
+        calib[m.name] = {"grid": grid, "sweep": sweep, "chosen": chosen}
+        log.info("%s: calibrated threshold %.6g on dev", m.name, chosen)
+        res = runner.run(make_trigger(m, threshold=chosen), "test", test, tag=f"{m.name}@{chosen:.6g}")
+        res["threshold"] = chosen
+        if runner.cfg.test_curves and grid:
+            curve = []
+            for t in sorted(set(grid) | {chosen}):
+                r = runner.run(make_trigger(m, threshold=t), "test", test, tag=f"{m.name}@{t:.6g}")
+                curve.append({"threshold": t, "accuracy": r["accuracy"], "calls": r["calls_per_question"]})
+            res["curve"] = sorted(curve, key=lambda c: c["calls"])
+        return res
+    if m.kind == "random":
+        p = m.p if m.p is not None else retrieval_rate(results[m.match]["episodes"]) if m.match in results else None
+        if p is None:
+            raise _Skip(f"the matched method '{m.match}' did not run")
+        runs = [runner.run(make_trigger(m, p=p, seed=s), "test", test, tag=f"{m.name}@p{p:.4f}_s{s}")
+                for s in range(m.seeds)]
+        return _average_seeds(runs, p)
+    return runner.run(make_trigger(m), "test", test, tag=m.name)
+
+
+def _average_seeds(runs: list[dict[str, Any]], p: float) -> dict[str, Any]:
+    """Per-question means over seeds (a paired comparison stays question-level); seed spread kept."""
+    from train.evaluate import summarize_rows
+
+    by_q: dict[int, list[dict]] = {}
+    for r in runs:
+        for e in r["episodes"]:
+            by_q.setdefault(e["question_index"], []).append(e)
+    rows = []
+    for q in sorted(by_q):
+        es = by_q[q]
+        rows.append({**es[0], **{k: float(np.mean([e[k] for e in es]))
+                                 for k in ("quality", "calls", "reward", "steps", "tokens", "seconds")}})
+    out = {"policy": runs[0]["policy"], "n": len(rows), **summarize_rows(rows), "episodes": rows, "p": p,
+           "seed_accuracy": [r["accuracy"] for r in runs], "seed_calls": [r["calls_per_question"] for r in runs]}
+    return out
+
+
+# ---------------------------------------------------------------- statistics and summary
+def summarize(cfg: BenchConfig, runner: Runner, results: dict[str, dict], calib: dict, skipped: dict) -> dict:
+    """The report's summary dict (see :mod:`eval.bench_report` for its schema)."""
+    from eval import stats
+
+    kinds = {m.name: m for m in cfg.methods}
+    ref = cfg.reference if cfg.reference in results else next(iter(results), None)
+    qual = {k: np.array([e["quality"] for e in r["episodes"]], dtype=float) for k, r in results.items()}
+    methods: dict[str, dict[str, Any]] = {}
+    ref_acc = results[ref]["accuracy"] if ref else float("nan")
+    for name, r in results.items():
+        m = kinds[name]
+        ci = stats.bootstrap_mean_ci(qual[name], n_resamples=cfg.n_resamples, seed=cfg.seed)
+        calls = r["calls_per_question"]
+        methods[name] = {
+            "kind": REPORT_KIND[m.kind], "accuracy": r["accuracy"], "acc_lo": ci["lo"], "acc_hi": ci["hi"],
+            "calls": calls, "tokens": r["tokens_per_question"], "seconds": r["seconds_per_question"],
+            "reward": r["reward"], "n": r["n"],
+            "f1_per_call": (r["accuracy"] - ref_acc) / calls if calls > 0 and name != ref else None,
+            "recall_at_k": None, "threshold": r.get("threshold"), "curve": r.get("curve"),
+            "lambda": m.lam if m.kind == "learned" else None,
+        }
+        if m.kind == "random":
+            methods[name]["p"] = r["p"]
+            methods[name]["seed_accuracy"] = r["seed_accuracy"]
+    comparisons = stats.compare_methods(qual, ref, n_resamples=cfg.n_resamples, seed=cfg.seed) if ref else []
+    points = [(v["calls"], v["accuracy"]) for v in methods.values()]
+    names = list(methods)
+    frontier = [names[i] for i in stats.pareto_frontier(points)] if points else []
+    curves = {k: [(c["calls"], c["accuracy"]) for c in (v["curve"] or [])] or [(v["calls"], v["accuracy"])]
+              for k, v in methods.items()}
+    learned = [k for k, v in methods.items() if v["kind"] == "learned"]
+    fixed = [k for k, v in methods.items() if v["kind"] == "fixed"]
+    budgets = sorted({round(methods[k]["calls"], 4) for k in learned + fixed})
+    matched = [{"budget": b, "method": k, "accuracy": stats.accuracy_at_budget(curves[k], b)}
+               for b in budgets for k in methods]
+    dominance = []
+    for a in learned:
+        for b in fixed:
+            d = stats.dominance(curves[a] if len(curves[a]) > 1 else curves[a] + [(curves[a][0][0] + 1e-6,
+                                                                                      curves[a][0][1])],
+                                curves[b], name_a=a, name_b=b)
+            dominance.append(d["summary"])
+    best_fixed = max(fixed, key=lambda k: methods[k]["reward"]) if fixed else None
+    notes = [f"Reward = quality − {cfg.lambda_retrieval:g} · retrieval calls. Thresholds calibrated on dev "
+             f"{cfg.dev} (best reward), evaluated on test {cfg.test}."]
+    if best_fixed:
+        notes.append(f"Best calibrated fixed trigger on test reward: {best_fixed} "
+                     f"({methods[best_fixed]['reward']:.3f}).")
+    for k in learned:
+        if best_fixed:
+            d = stats.paired_bootstrap(np.array([e["reward"] for e in results[k]["episodes"]]),
+                                       np.array([e["reward"] for e in results[best_fixed]["episodes"]]),
+                                       n_resamples=cfg.n_resamples, seed=cfg.seed)
+            notes.append(f"{k} − {best_fixed} on reward: {d['diff']:+.3f} [95% CI {d['lo']:+.3f}, {d['hi']:+.3f}]"
+                         f", p = {d['p_value']:.4f} (paired bootstrap).")
+    for k, why in skipped.items():
+        notes.append(f"Skipped {k}: {why}.")
+    breakdowns = _breakdowns(cfg, runner, results)
+    return {
+        "title": f"Kairos benchmark: {cfg.name}",
+        "setup": {"task": runner.env_config.task, "split": runner.env_config.split, "dev": cfg.dev,
+                  "test": cfg.test, "n_test": len(parse_slice(cfg.test, "test")),
+                  "reasoner": runner.env_config.reasoner, "retriever": runner.env_config.retriever,
+                  "lambda_retrieval": cfg.lambda_retrieval, "bootstrap_resamples": cfg.n_resamples,
+                  "seed": cfg.seed},
+        "reference": ref, "methods": methods, "comparisons": comparisons, "matched_budget": matched,
+        "dominance": dominance, "frontier": frontier, "breakdowns": breakdowns, "notes": notes,
+        "calibration": calib, "skipped": skipped,
+    }
+
+
+def _attr(q: Any, name: str) -> Any:
+    v = getattr(q, name, None)
+    if v is None:
+        meta = getattr(q, "meta", None) or getattr(q, "metadata", None) or {}
+        v = meta.get(name) if isinstance(meta, dict) else None
+    return v() if callable(v) else v
+
+
+def _breakdowns(cfg: BenchConfig, runner: Runner, results: dict[str, dict]) -> dict:
+    out: dict[str, dict] = {}
+    qs = runner.components.questions
+    for attr in cfg.group_by:
+        table: dict[str, dict] = {}
+        for name, r in results.items():
+            groups: dict[str, list[dict]] = {}
+            for e in r["episodes"]:
+                g = _attr(qs[e["question_index"]], attr)
+                if g is None:
+                    raise ConfigError(f"BenchConfig.group_by: questions have no attribute '{attr}'")
+                groups.setdefault(str(g), []).append(e)
+            for g, es in groups.items():
+                table.setdefault(g, {})[name] = {"accuracy": float(np.mean([e["quality"] for e in es])),
+                                                 "calls": float(np.mean([e["calls"] for e in es])), "n": len(es)}
+        out[f"by {attr}"] = dict(sorted(table.items()))
+    return out
+
+
+# ---------------------------------------------------------------- CLI
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("policies", help="learned vs calibrated fixed triggers and baselines (report + plots)")
+    p.add_argument("--config", default="configs/bench_microworld.yaml", help="BenchConfig YAML")
+    p.add_argument("--out", default=None, help="override out_dir")
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="override top-level scalar keys, e.g. test=100:200 n_resamples=2000")
+    p.set_defaults(func=main)
+
+
+def load_config(path: str, out: str | None = None, overrides: list[str] | None = None) -> BenchConfig:
+    import yaml
+
+    raw = yaml.safe_load(Path(path).read_text()) or {}
+    for kv in overrides or []:
+        if "=" not in kv:
+            raise ConfigError(f"--set expects KEY=VALUE, got {kv!r}")
+        k, v = kv.split("=", 1)
+        raw[k] = yaml.safe_load(v) if k not in ("dev", "test") else v
+    if out:
+        raw["out_dir"] = out
+    return BenchConfig.from_dict(raw, where=str(path))
+
+
+def main(args) -> int:
+    import torch
+
+    torch.set_num_threads(1)
+    cfg = load_config(args.config, args.out, args.set)
+    summary = run_bench(cfg)
+    rows = [f"{'method':<26} {'acc':>6} {'CI':>15} {'calls':>6} {'reward':>7}"]
+    for k, v in summary["methods"].items():
+        rows.append(f"{k:<26} {v['accuracy']:6.3f} [{v['acc_lo']:.3f},{v['acc_hi']:.3f}] {v['calls']:6.2f} "
+                    f"{v['reward']:7.3f}")
+    print("\n".join(rows))
+    print(f"report: {Path(cfg.out_dir).resolve() / 'report.html'}")
+    return 0 if not math.isnan(next(iter(summary["methods"].values()))["accuracy"]) else 1

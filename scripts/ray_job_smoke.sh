@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The `ray job submit` path end to end on this machine (run by tests/train/test_ray_job.py, so CI runs it):
+#   1. start a local Ray head (`ray start --head`, needs ray[default] for the job server);
+#   2. submit a short training job with `ray job submit --working-dir . -- python -m train --config …`;
+#   3. check the job succeeded and exported a policy; 4. stop the cluster (also on failure).
+# Usage: scripts/ray_job_smoke.sh [OUT_DIR]      (OUT_DIR default: runs/ray_job_smoke)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+# shellcheck disable=SC1091
+source "$VENV/bin/activate"
+OUT=$(realpath -m "${1:-runs/ray_job_smoke}")
+PORT=${RAY_SMOKE_PORT:-6391}
+DASH=${RAY_SMOKE_DASHBOARD_PORT:-8291}
+mkdir -p "$OUT"
+python - "$OUT" <<'PY'
+import sys, yaml
+out = sys.argv[1]
+cfg = yaml.safe_load(open("configs/train_microworld.yaml"))
+cfg.update(name="ray_job_smoke", out_dir=f"{out}/run", iterations=2, checkpoint_every=1)
+cfg["algo"]["episodes_per_batch"] = 16
+cfg["env_config"].update(max_questions=32, cache_path=f"{out}/cache.sqlite")
+yaml.safe_dump(cfg, open(f"{out}/train.yaml", "w"))
+PY
+export RAY_ADDRESS="http://127.0.0.1:$DASH"
+ray start --head --num-cpus 2 --port "$PORT" --dashboard-host 127.0.0.1 --dashboard-port "$DASH" \
+  --include-dashboard true --disable-usage-stats > "$OUT/ray_start.log" 2>&1
+trap 'ray stop --force > /dev/null 2>&1 || true' EXIT
+# runs/ and the virtual environment stay behind: the job runs the package from the uploaded working dir
+ray job submit --working-dir . \
+  --runtime-env-json '{"excludes": [".venv", "runs", ".git", "**/__pycache__", "*.sqlite"]}' \
+  -- python -m train --config "$OUT/train.yaml" --no-progress 2>&1 | tee "$OUT/job.log"
+test -f "$OUT/run/policy_trigger/spec.json" || { echo "ray_job_smoke: no exported policy in $OUT/run" >&2; exit 1; }
+grep -q "Job 'raysubmit_.*' succeeded" "$OUT/job.log" || { echo "ray_job_smoke: job did not succeed" >&2; exit 1; }
+echo "ray_job_smoke: OK ($OUT/run)"

@@ -1,0 +1,95 @@
+"""``kairos bench policies`` end to end on the tiny world: calibration, skips, resume, statistics, report."""
+
+import json
+
+import numpy as np
+import pytest
+
+from envs.config import ConfigError
+from eval.bench_policies import BenchConfig, auto_grid, parse_slice, retrieval_rate, run_bench
+
+
+def _cfg(tmp_path, methods, **kw):
+    # the shipped world: competent enough that steps carry signals (the tiny world writes empty steps)
+    env = {"split": "dev", "rsus_components": ["ent"], "cache_path": str(tmp_path / "cache.sqlite")}
+    return BenchConfig.from_dict({"name": "tiny", "out_dir": str(tmp_path / "bench"), "env": env, "dev": "0:6",
+                                  "test": "6:16", "n_resamples": 300, "methods": methods, "group_by": ["hops"],
+                                  **kw})
+
+
+def _export_random_policy(tmp_path):
+    from envs.registration import make_env
+    from policies.rl.export import export_policy
+    from policies.rl.module import spec_from_spaces
+    from policies.rl.net import PolicyNet
+
+    env = make_env("microworld", {"rsus_components": ["ent"]})
+    spec = spec_from_spaces(env.observation_space, env.action_space, {"arch": "mlp"})
+    return export_policy(PolicyNet(spec), tmp_path / "policy")
+
+
+METHODS = [{"name": "CoT", "kind": "never"}, {"name": "IRCoT", "kind": "always"},
+           {"name": "FLARE", "kind": "threshold", "signal": "minprob", "direction": "below"},
+           {"name": "DRAGIN", "kind": "threshold", "signal": "rind", "direction": "above"},
+           {"name": "Random", "kind": "random", "match": "FLARE", "seeds": 2},
+           {"name": "Oracle", "kind": "oracle"}]
+
+
+def test_bench_runs_calibrates_skips_and_resumes(tmp_path):
+    methods = METHODS + [{"name": "learned", "kind": "learned", "lam": 0.1,
+                          "path": str(_export_random_policy(tmp_path))}]
+    cfg = _cfg(tmp_path, methods)
+    s = run_bench(cfg)
+    out = tmp_path / "bench"
+    for f in ("summary.json", "report.md", "report.html", "pareto.png", "accuracy.png"):
+        assert (out / f).is_file(), f
+    assert set(s["methods"]) == {"CoT", "IRCoT", "FLARE", "Random", "Oracle", "learned"}
+    assert "DRAGIN" in s["skipped"] and "rind" in s["skipped"]["DRAGIN"]
+    assert any("Skipped DRAGIN" in n for n in s["notes"])
+    assert s["methods"]["CoT"]["calls"] == 0 and s["methods"]["IRCoT"]["calls"] > 0
+    fl = s["methods"]["FLARE"]
+    cal = s["calibration"]["FLARE"]
+    best = max(cal["sweep"], key=lambda r: (r["reward"], -r["calls"]))
+    assert fl["threshold"] == best["threshold"] and fl["curve"]
+    assert all(m["n"] == 10 for m in s["methods"].values())
+    assert {c["method"] for c in s["comparisons"]} == set(s["methods"]) - {"CoT"}
+    assert s["breakdowns"]["by hops"]
+    rows = [json.loads(x) for x in (out / "per_question" / "test" / "CoT.jsonl").read_text().splitlines()]
+    assert len(rows) == 10 and {"decisions", "answer", "tokens", "seconds", "quality"} <= set(rows[0])
+    assert rows[0]["decisions"] and "signals" in rows[0]["decisions"][0]
+    # resume: a torn last line is redone, finished questions are not; same results
+    p = out / "per_question" / "test" / "IRCoT.jsonl"
+    lines = p.read_text().splitlines()
+    p.write_text("\n".join(lines[:-1]) + "\n" + lines[-1][: len(lines[-1]) // 2])
+    s2 = run_bench(cfg)
+    assert len(p.read_text().splitlines()) == 10
+    for k in s["methods"]:
+        assert s2["methods"][k]["accuracy"] == pytest.approx(s["methods"][k]["accuracy"])
+        assert s2["methods"][k]["calls"] == pytest.approx(s["methods"][k]["calls"])
+
+
+def test_bench_config_errors(tmp_path):
+    with pytest.raises(ConfigError, match="overlap"):
+        _cfg(tmp_path, METHODS, dev="0:10", test="5:20")
+    with pytest.raises(ConfigError, match="reference 'X'"):
+        _cfg(tmp_path, METHODS, reference="X")
+    with pytest.raises(ConfigError, match="unknown method 'Nope'"):
+        _cfg(tmp_path, [{"name": "CoT", "kind": "never"},
+                                    {"name": "R", "kind": "random", "match": "Nope"}])
+    with pytest.raises(ConfigError, match="bogus"):
+        _cfg(tmp_path, METHODS, bogus=1)
+    with pytest.raises(ConfigError, match="'test' must look like"):
+        parse_slice("10-20", "test")
+    with pytest.raises(FileNotFoundError, match="no exported policy"):
+        run_bench(_cfg(tmp_path, [{"name": "CoT", "kind": "never"},
+                                              {"name": "L", "kind": "learned", "path": str(tmp_path / "none")}]))
+
+
+def test_auto_grid_and_rate():
+    rows = [{"calls": 1, "decisions": [{"signals": {"minprob": v}} for v in (0.2, 0.5, 0.99)]},
+            {"calls": 0, "decisions": [{"signals": {"minprob": 1.0}}]}]
+    g = auto_grid(rows, "minprob", "below")
+    assert g == sorted(g) and g[0] > 0.2 and len(g) >= 3
+    assert auto_grid(rows, "absent", "below") == []
+    assert retrieval_rate(rows) == pytest.approx(1 / 4)
+    assert np.isfinite(auto_grid(rows, "minprob", "above")).all()

@@ -1,0 +1,20 @@
+"""The `ray job submit` path: scripts/ray_job_smoke.sh starts a local head, submits a short training job,
+checks it succeeded and exported a policy, and stops the cluster (slow; CI runs it with the suite)."""
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_ray_job_submit_against_local_head(tmp_path):
+    r = subprocess.run(["bash", str(REPO / "scripts" / "ray_job_smoke.sh"), str(tmp_path / "smoke")],
+                       capture_output=True, text=True, timeout=900, cwd=REPO)
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+    assert "ray_job_smoke: OK" in r.stdout
+    assert (tmp_path / "smoke" / "run" / "policy_trigger" / "spec.json").is_file()
