@@ -44,6 +44,11 @@ class Components:
         """Whether the task gives ground-truth step labels (the micro-world does; real QA data does not)."""
         return callable(getattr(self.task, "label", None))
 
+    def gold_passages(self, q) -> list[str]:
+        """Supporting passage ids of a question (empty when the task has none)."""
+        fn = getattr(self.task, "gold_passages", None)
+        return list(fn(q)) if callable(fn) else []
+
     @property
     def rsus_components(self) -> list[str]:
         return list(self.config.rsus_components)

@@ -42,6 +42,10 @@ class QATask:
     def question_text(self, q: QAExample) -> str:
         return q.question
 
+    def gold_passages(self, q) -> list[str]:
+        """Ids of the supporting passages (empty when the dataset has no passage-level supervision)."""
+        return list(q.gold_passage_ids or [])
+
     def quality(self, q: QAExample, answer_content: str) -> float:
         from envs.scoring import score
 

@@ -47,10 +47,10 @@ from envs.config import ConfigBase, ConfigError, helpf
 
 log = logging.getLogger(__name__)
 
-KINDS = ("never", "always", "single", "threshold", "random", "oracle", "learned")
+KINDS = ("never", "always", "single", "threshold", "random", "oracle", "cache_oracle", "learned")
 #: the report's grouping of method kinds
 REPORT_KIND = {"never": "baseline", "always": "baseline", "single": "baseline", "threshold": "fixed",
-               "random": "random", "oracle": "oracle", "learned": "learned"}
+               "random": "random", "oracle": "oracle", "cache_oracle": "oracle", "learned": "learned"}
 QUANTILES = (0.01, 0.02, 0.05, 0.08, 0.12, 0.16, 0.2, 0.3, 0.4, 0.5, 0.7)
 
 
@@ -59,7 +59,9 @@ class MethodSpec(ConfigBase):
     """One method of the benchmark."""
 
     name: str = helpf("", "display name (unique)")
-    kind: str = helpf("threshold", "never | always | single | threshold | random | oracle | learned")
+    kind: str = helpf("threshold", "never | always | single | threshold | random | oracle | cache_oracle | "
+                                   "learned (cache_oracle: per question the best action sequence at the bench λ, "
+                                   "found by enumerating the decision tree; an upper bound for any timing policy)")
     signal: str | None = helpf(None, "threshold: the step signal (info['signals'] name, e.g. minprob, rsus)")
     direction: str = helpf("below", "threshold: retrieve when the signal is 'below' or 'above' the threshold")
     thresholds: list[float] | None = helpf(None, "threshold: the dev sweep grid (null: quantiles of the "
@@ -288,7 +290,31 @@ def _run_method(m: MethodSpec, runner: Runner, cot_dev, dev, test, results, cali
         runs = [runner.run(make_trigger(m, p=p, seed=s), "test", test, tag=f"{m.name}@p{p:.4f}_s{s}")
                 for s in range(m.seeds)]
         return _average_seeds(runs, p)
+    if m.kind == "cache_oracle":
+        return _cache_oracle(runner, test, lam)
     return runner.run(make_trigger(m), "test", test, tag=m.name)
+
+
+def _cache_oracle(runner: Runner, questions: range, lam: float, max_leaves: int = 4096) -> dict[str, Any]:
+    """Per question, the best leaf of the decision tree at λ (eval.oracle); replays hit the trajectory cache."""
+    from envs.retrieval_env import RetrievalTimingEnv
+    from eval.oracle import best_leaf, enumerate_leaves
+    from train.evaluate import summarize_rows
+
+    cfg = runner.env_config.replace(max_questions=max(questions.stop, runner.env_config.max_questions or 0))
+    env = RetrievalTimingEnv(cfg, components=runner.components)
+    rows = []
+    try:
+        for q in questions:
+            leaf = best_leaf(enumerate_leaves(env, q, max_leaves=max_leaves), {"retrieval_calls": lam})
+            _, info = env.reset(options={"question_index": q})
+            rows.append({"question_index": q, "question_id": info["question_id"], "quality": leaf.quality,
+                         "calls": leaf.calls, "reward": leaf.quality - lam * leaf.calls,
+                         "steps": len(leaf.actions), "tokens": float("nan"), "seconds": float("nan"), "answer": None,
+                         "truncated": False, "decisions": [{"action": [a, 0]} for a in leaf.actions]})
+    finally:
+        env.close()
+    return {"policy": "cache oracle", "n": len(rows), **summarize_rows(rows), "episodes": rows}
 
 
 def _average_seeds(runs: list[dict[str, Any]], p: float) -> dict[str, Any]:
@@ -328,7 +354,7 @@ def summarize(cfg: BenchConfig, runner: Runner, results: dict[str, dict], calib:
             "calls": calls, "tokens": r["tokens_per_question"], "seconds": r["seconds_per_question"],
             "reward": r["reward"], "n": r["n"],
             "f1_per_call": (r["accuracy"] - ref_acc) / calls if calls > 0 and name != ref else None,
-            "recall_at_k": None, "threshold": r.get("threshold"), "curve": r.get("curve"),
+            "recall_at_k": _evidence_recall(runner, r["episodes"]), "threshold": r.get("threshold"), "curve": r.get("curve"),
             "lambda": m.lam if m.kind == "learned" else None,
         }
         if m.kind == "random":
@@ -345,13 +371,7 @@ def summarize(cfg: BenchConfig, runner: Runner, results: dict[str, dict], calib:
     budgets = sorted({round(methods[k]["calls"], 4) for k in learned + fixed})
     matched = [{"budget": b, "method": k, "accuracy": stats.accuracy_at_budget(curves[k], b)}
                for b in budgets for k in methods]
-    dominance = []
-    for a in learned:
-        for b in fixed:
-            d = stats.dominance(curves[a] if len(curves[a]) > 1 else curves[a] + [(curves[a][0][0] + 1e-6,
-                                                                                      curves[a][0][1])],
-                                curves[b], name_a=a, name_b=b)
-            dominance.append(d["summary"])
+    dominance = _dominance(methods, curves, learned, fixed)
     best_fixed = max(fixed, key=lambda k: methods[k]["reward"]) if fixed else None
     notes = [f"Reward = quality − {cfg.lambda_retrieval:g} · retrieval calls. Thresholds calibrated on dev "
              f"{cfg.dev} (best reward), evaluated on test {cfg.test}."]
@@ -379,6 +399,47 @@ def summarize(cfg: BenchConfig, runner: Runner, results: dict[str, dict], calib:
         "dominance": dominance, "frontier": frontier, "breakdowns": breakdowns, "notes": notes,
         "calibration": calib, "skipped": skipped,
     }
+
+
+def _evidence_recall(runner: Runner, rows: list[dict]) -> float | None:
+    """Mean share of each question's supporting passages that were injected during its episode (questions
+    with supporting passages only; None when the task has none)."""
+    qs = runner.components.questions
+    if not any("passage_ids" in d for r in rows for d in r["decisions"]):
+        return None  # no passage log (the cache oracle)
+    vals = []
+    for r in rows:
+        gold = set(runner.components.gold_passages(qs[r["question_index"]]))
+        if not gold:
+            continue
+        got = {pid for d in r["decisions"] for pid in (d.get("passage_ids") or [])}
+        vals.append(len(gold & got) / len(gold))
+    return float(np.mean(vals)) if vals else None
+
+
+def _dominance(methods: dict, curves: dict, learned: list[str], fixed: list[str]) -> list[str]:
+    """Frontier-dominance sentences: the learned policies' curve (one point per λ) against each fixed
+    trigger's threshold curve; a single learned point is compared at its own budget instead."""
+    from eval import stats
+
+    if not learned or not fixed:
+        return []
+    if len(learned) >= 2:
+        name = "learned (λ sweep)"
+        curve = sorted((methods[k]["calls"], methods[k]["accuracy"]) for k in learned)
+        return [stats.dominance(curve, curves[b], name_a=name, name_b=b)["summary"] for b in fixed]
+    a = learned[0]
+    calls, acc = methods[a]["calls"], methods[a]["accuracy"]
+    out = []
+    for b in fixed:
+        acc_b = stats.accuracy_at_budget(curves[b], calls)
+        if acc_b is None:
+            out.append(f"{b} has no operating point at or below {a}'s budget ({calls:.2f} calls/question)")
+            continue
+        verdict = "above" if acc > acc_b + 1e-9 else "below" if acc < acc_b - 1e-9 else "level with"
+        out.append(f"At {a}'s budget ({calls:.2f} calls/question) it is {verdict} {b}'s threshold curve: "
+                   f"{acc:.3f} vs {acc_b:.3f}")
+    return out
 
 
 def _attr(q: Any, name: str) -> Any:

@@ -313,7 +313,7 @@ def _blocks(summary: Mapping[str, Any], plot_keys: Sequence[str]) -> list[tuple[
     if methods:
         has_lam = any(_num(m.get("lambda")) is not None for m in methods.values())
         headers = ["method", "kind", "accuracy [95% CI]", "calls/q", "tokens", "seconds", "reward", "F1/call",
-                   "Recall@k", "threshold"] + (["λ"] if has_lam else []) + ["n"]
+                   "evidence recall", "threshold"] + (["λ"] if has_lam else []) + ["n"]
         rows = []
         for name, m in methods.items():
             row = [name, str(m.get("kind") or DASH), _fmt_ci(m.get("accuracy"), m.get("acc_lo"), m.get("acc_hi")),

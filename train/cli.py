@@ -22,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in out_dir")
     p.add_argument("--stop-after", type=int, default=None, help="stop after N iterations of this invocation")
     p.add_argument("--no-progress", action="store_true", help="no rich progress bar (log lines only)")
-    p.add_argument("--sweep", action="store_true",
+    p.add_argument("--sweep", dest="run_sweep", action="store_true",
                    help="run the config's sweep grid (seeds × final λ) through Ray Tune instead of one run")
     TrainConfig.add_cli_args(p)
 
@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     over = TrainConfig.cli_overrides(args)
     if over:
         cfg = cfg.replace(**over)
-    if args.sweep:
+    if args.run_sweep:
         from train.sweep import sweep
 
         out = sweep(cfg)

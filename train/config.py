@@ -107,6 +107,8 @@ class TrainConfig(ConfigBase):
     seed: int = helpf(0, "seed of RLlib, torch and the env runners")
     num_cpus: int = helpf(2, "CPUs for a local Ray (ignored when connecting to a running cluster)")
     num_env_runners: int = helpf(1, "remote EnvRunner actors (0: sample in the driver)")
+    num_gpus_per_env_runner: float = helpf(0.0, "GPUs per EnvRunner (the reasoner lives there: > 0 places "
+                                                 "runners on GPU nodes of a cluster)")
     num_envs_per_env_runner: int = helpf(8, "env copies per runner (batched generation for the micro-world)")
     env: str = helpf("microworld", "'microworld' (kairos/MicroWorld-v0) or 'package.module:factory(config)'")
     env_config: dict = helpf({"split": "train", "max_questions": 256, "rsus_components": ["ent"],

@@ -49,7 +49,8 @@ def build_algo_config(cfg: TrainConfig):
         .environment(env=ENV_NAME, env_config={**cfg.env_config, "_env": cfg.env})
         .env_runners(num_env_runners=cfg.num_env_runners, num_envs_per_env_runner=cfg.num_envs_per_env_runner,
                      gym_env_vectorize_mode="vector_entry_point", batch_mode="complete_episodes",
-                     num_cpus_per_env_runner=1, rollout_fragment_length="auto")
+                     num_cpus_per_env_runner=1, num_gpus_per_env_runner=cfg.num_gpus_per_env_runner,
+                     rollout_fragment_length="auto")
         .learners(num_learners=0)
         .rl_module(rl_module_spec=RLModuleSpec(module_class=KairosRLModule, model_config=model_config))
         .training(lr=a.lr, grad_clip=a.grad_clip, grad_clip_by="global_norm", gamma=1.0,

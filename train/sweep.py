@@ -3,7 +3,8 @@
 Each trial is one :func:`train.run.train` run in its own directory (``<out_dir>/sweep/seed{S}_lam{λ}``,
 resumable like any run); it reports every iteration's metrics to Tune, whose default loggers write
 TensorBoard events, ``progress.csv`` and ``result.json`` under ``<out_dir>/tune/``. A trial holds one CPU and
-its EnvRunner another, so on 2 CPUs trials run one at a time (``sweep.max_concurrent``).
+its EnvRunners one bundle each (a placement group per trial), so on 2 CPUs trials run one at a time
+(``sweep.max_concurrent``).
 
 Example:
     >>> from train.config import TrainConfig
@@ -66,8 +67,12 @@ def sweep(cfg: TrainConfig) -> dict[str, Any]:
     started = init_ray(cfg)
     trials = trial_configs(cfg)
     try:
+        # the trial's driver (learner) bundle + one bundle per EnvRunner, which RLlib places into the trial's
+        # placement group (a plain {"cpu": 1} trial gives the runners no bundle to land in)
+        runner = {"CPU": 1, **({"GPU": cfg.num_gpus_per_env_runner} if cfg.num_gpus_per_env_runner else {})}
+        pgf = tune.PlacementGroupFactory([{"CPU": 1}] + [dict(runner) for _ in range(cfg.num_env_runners)])
         tuner = tune.Tuner(
-            tune.with_resources(_trial, {"cpu": 1}),
+            tune.with_resources(_trial, pgf),
             param_space={"train": tune.grid_search(trials)},
             tune_config=tune.TuneConfig(max_concurrent_trials=cfg.sweep.max_concurrent),
             run_config=tune.RunConfig(name=f"{cfg.name}_sweep", storage_path=str(Path(cfg.out_dir).resolve() / "tune"),

@@ -21,6 +21,17 @@ class MicroWorldTask:
     def question_text(self, q: Question) -> str:
         return q.text
 
+    def gold_passages(self, q: Question) -> list[str]:
+        """Ids of the corpus passages (facts) on the question's gold chain, in hop order."""
+        out, cur = [], q.head
+        for rel in q.path:
+            f = self.kb.get(cur, rel)
+            if f is None:
+                return out
+            out.append(f.id)
+            cur = f.object
+        return out
+
     def quality(self, q: Question, answer_content: str) -> float:
         """Exact match of the answer entity."""
         return float(answer_content.strip() == gold_answer(self.kb, q))

@@ -186,3 +186,39 @@ def test_apply_cost_weights_skips_missing_envs_and_never_raises():
     assert out[0] is None and out[1] == 2 and out[2] == 1 and "boom" in out[3]
     assert all(e.lam == 0.33 for e in vec.envs) and single.lam == 0.33
     assert np.isfinite(single.lam)
+
+
+def test_running_normalizer_matches_full_data_statistics_and_exports(tmp_path):
+    from policies.rl.net import squash
+
+    torch.manual_seed(0)
+    net = PolicyNet(PolicySpec(fields={"output": 4, "history": 2}, arch="mlp"))
+    a = {"output": torch.rand(50, 4) * 3, "history": torch.randn(50, 2) * 10}
+    b = {"output": torch.rand(30, 4), "history": torch.randn(30, 2)}
+    net.update_normalizer(a)
+    net.update_normalizer(b)
+    for k in ("output", "history"):
+        full = squash(torch.cat([a[k], b[k]]))
+        torch.testing.assert_close(getattr(net, f"obs_mean_{k}"), full.mean(0), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(getattr(net, f"obs_var_{k}"), full.var(0, unbiased=False), atol=1e-5, rtol=1e-4)
+    assert float(net.obs_count) == 80
+    # standardised inputs: the field seen by the encoder has ~zero mean over the data
+    x = net._field_input({k: torch.cat([a[k], b[k]]) for k in a}, "history")
+    assert x.mean(0).abs().max() < 1e-4
+    # buffers travel with exports; a spec without "normalize" (older exports) loads unnormalised
+    export_policy(net, tmp_path / "p", heads=("retrieve",))
+    net2, _ = load_policy(tmp_path / "p")
+    torch.testing.assert_close(net2.obs_mean_output, net.obs_mean_output)
+    assert PolicySpec.from_dict({"fields": {"x": 1}}).normalize is False
+
+
+def test_train_cli_sweep_flag_is_not_a_config_override():
+    import argparse
+
+    from train.cli import add_arguments
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    args = p.parse_args(["--sweep"])
+    assert args.run_sweep is True
+    assert "sweep" not in TrainConfig.cli_overrides(args)
