@@ -97,13 +97,18 @@ class Components:
         return feats, scalars, mask
 
 
+#: real-data tasks served by envs.qa_task.QATask
+QA_TASKS = ("hotpotqa", "medmcqa")
+
+
 def build_components(config: EnvConfig) -> Components:
     """Components of an env config (micro-world or HotpotQA task)."""
     if config.task == "microworld":
         return _microworld(config)
-    if config.task == "hotpotqa":
+    if config.task in QA_TASKS:
         return _qa(config)
-    raise ValueError(f"EnvConfig.task '{config.task}' is not available (available: microworld, hotpotqa)")
+    raise ValueError(f"EnvConfig.task '{config.task}' is not available (available: microworld, "
+                     f"{', '.join(QA_TASKS)})")
 
 
 def _extractor(config: EnvConfig, reasoner, n_layers: int, hidden: int, corpus_texts: list[str], backend: str):
@@ -141,9 +146,7 @@ def _qa(config: EnvConfig) -> Components:
     reasoner = make_reasoner(config.reasoner, max_step_tokens=config.max_step_tokens)
     if not hasattr(reasoner, "snapshot"):
         raise ValueError(f"reasoner '{config.reasoner}' cannot snapshot its state (needed by the trajectory cache)")
-    if config.retriever != "bm25":
-        raise ValueError(f"{config.task} env: retriever '{config.retriever}' not wired yet (available: bm25)")
-    retriever = BM25Retriever.build(corpus)
+    retriever = _qa_retriever(config, corpus, BM25Retriever)
     mc = getattr(getattr(reasoner, "model", None), "config", None)
     n_layers = getattr(mc, "num_hidden_layers", 0) or 0
     hidden = getattr(mc, "hidden_size", 0) or 0
@@ -155,7 +158,26 @@ def _qa(config: EnvConfig) -> Components:
         raise ValueError(f"EnvConfig.probes: probes for the '{config.task}' task are not wired yet "
                          "(micro-world only); train detection probes there with `kairos probe train`")
     return Components(config, task, reasoner, retriever, QueryGenerator(list(config.query_modes)), extractor,
-                      _namespace(config.reasoner, ident, config), feature_dims)
+                      _namespace(config.reasoner, [ident, corpus.fingerprint()], config), feature_dims)
+
+
+def _qa_retriever(config: EnvConfig, corpus, bm25_cls):
+    """BM25 built in memory, or any prebuilt index (``index_path``: BM25 or ColBERT/PLAID), checked against
+    this task's corpus (count, fingerprint, files, known-answer probe) before use."""
+    if config.retriever not in ("bm25", "colbert"):
+        raise ValueError(f"EnvConfig.retriever must be bm25 or colbert, got '{config.retriever}'")
+    if config.index_path is None:
+        if config.retriever == "colbert":
+            raise ValueError("EnvConfig: retriever 'colbert' needs index_path (a PLAID index of this task's corpus; "
+                             "build one with `kairos index build --kind colbert …`)")
+        return bm25_cls.build(corpus)
+    from agents.retrievers.index import load_index, read_manifest
+
+    kind = read_manifest(config.index_path)["kind"]
+    if kind != config.retriever:
+        raise ValueError(f"EnvConfig: index_path {config.index_path} holds a '{kind}' index but retriever is "
+                         f"'{config.retriever}'")
+    return load_index(config.index_path, corpus)
 
 
 def _microworld(config: EnvConfig) -> Components:

@@ -11,7 +11,7 @@ from envs.config import ConfigBase, ConfigError, helpf
 class EnvConfig(ConfigBase):
     """Everything that determines an episode's outcome (it is part of the trajectory-cache key)."""
 
-    task: str = helpf("microworld", "question source: microworld | hotpotqa")
+    task: str = helpf("microworld", "question source: microworld | hotpotqa | medmcqa")
     split: str = helpf("train", "question split (micro-world: train | dev | test; hotpotqa: dev or a range 'dev[0:100]')")
     reasoner: str = helpf("micro", "reasoner backend name (micro | hf | openai)")
     artifact: str | None = helpf(None, "micro-world artifact directory (default: the shipped one)")

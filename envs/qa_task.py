@@ -40,6 +40,10 @@ class QATask:
         return q.id
 
     def question_text(self, q: QAExample) -> str:
+        """The question as the reasoner sees it (multiple choice: with lettered options)."""
+        if q.choices:
+            opts = "\n".join(f"{chr(65 + i)}. {c}" for i, c in enumerate(q.choices))
+            return f"{q.question}\n{opts}\nAnswer with the letter of the correct option."
         return q.question
 
     def gold_passages(self, q) -> list[str]:
@@ -53,7 +57,14 @@ class QATask:
         return float(s["acc"] if q.choices else s["f1"])
 
     def corpus(self):
-        """The union of the whole file's paragraphs (HotpotQA / MuSiQue style datasets)."""
+        """The retrieval corpus: the union of the whole file's paragraphs (HotpotQA / MuSiQue style); for
+        MedMCQA the explanation collection of every question *outside* this split's slice (answer leaks
+        stripped), so no evaluated question's own explanation can be retrieved."""
+        if self.dataset == "medmcqa":
+            from envs.data.corpora import medmcqa_knowledge_corpus
+
+            return medmcqa_knowledge_corpus(self.all_examples, exclude_ids=[q.id for q in self.questions],
+                                            exclude_questions=[q.question for q in self.questions])
         from envs.data.corpora import paragraph_corpus
 
         return paragraph_corpus(self.all_examples, source=self.dataset)

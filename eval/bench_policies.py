@@ -74,6 +74,8 @@ class MethodSpec(ConfigBase):
     seeds: int = helpf(3, "random: seeds (per-question quality is averaged over them)")
     path: str | None = helpf(None, "learned: exported policy directory (policies.rl.export)")
     lam: float | None = helpf(None, "learned: the λ_retrieval it was trained at (label only)")
+    querygen: bool = helpf(False, "learned: also choose the query mode with the policy's QueryGen head (the env "
+                                  "runs with querygen on; path must hold an export with the query head)")
 
     def validate(self) -> None:
         if not self.name:
@@ -162,7 +164,10 @@ def make_trigger(m: MethodSpec, threshold: float | None = None, p: float | None 
             raise FileNotFoundError(f"method '{m.name}': no exported policy at {path} (train one with "
                                     "`kairos train --config configs/train_microworld.yaml`; it writes "
                                     "<out_dir>/policy_trigger)")
-        t = LearnedTrigger.load(path, name=m.name)
+        t = LearnedTrigger.load(path, name=m.name, querygen=m.querygen)
+        if m.querygen and t.net.query_head is None:
+            raise ValueError(f"method '{m.name}': querygen is on but {path} has no query head (export the "
+                             "run's 'policy' directory of a QueryGen run, not 'policy_trigger')")
     t.name = m.name
     return t
 
@@ -203,11 +208,13 @@ class Runner:
         self.scalars = set(self.components.scalar_names())
         self.out = Path(cfg.out_dir)
 
-    def run(self, trigger, split: str, questions: range, tag: str | None = None) -> dict[str, Any]:
+    def run(self, trigger, split: str, questions: range, tag: str | None = None, querygen: bool = False
+            ) -> dict[str, Any]:
         from train.evaluate import evaluate_policy
 
         name = _slug(tag or trigger.name)
-        return evaluate_policy(trigger, self.env_config, list(questions), batch_size=self.cfg.batch_size,
+        env_config = self.env_config.replace(querygen=True) if querygen else self.env_config
+        return evaluate_policy(trigger, env_config, list(questions), batch_size=self.cfg.batch_size,
                                components=self.components, return_episodes=True,
                                jsonl_path=self.out / "per_question" / split / f"{name}.jsonl",
                                progress=f"{split} {tag or trigger.name}")
@@ -273,7 +280,8 @@ def _run_method(m: MethodSpec, runner: Runner, cot_dev, dev, test, results, cali
             best = max(sweep, key=lambda s: (s["reward"], -s["calls"]))
             chosen = best["threshold"]
         calib[m.name] = {"grid": grid, "sweep": sweep, "chosen": chosen}
-        log.info("%s: calibrated threshold %.6g on dev", m.name, chosen)
+        log.info("%s: threshold %.6g (%s)", m.name, chosen,
+                 "fixed by the config" if m.fixed_threshold is not None else "calibrated on dev")
         res = runner.run(make_trigger(m, threshold=chosen), "test", test, tag=f"{m.name}@{chosen:.6g}")
         res["threshold"] = chosen
         if runner.cfg.test_curves and grid:
@@ -292,7 +300,7 @@ def _run_method(m: MethodSpec, runner: Runner, cot_dev, dev, test, results, cali
         return _average_seeds(runs, p)
     if m.kind == "cache_oracle":
         return _cache_oracle(runner, test, lam)
-    return runner.run(make_trigger(m), "test", test, tag=m.name)
+    return runner.run(make_trigger(m), "test", test, tag=m.name, querygen=m.querygen)
 
 
 def _cache_oracle(runner: Runner, questions: range, lam: float, max_leaves: int = 4096) -> dict[str, Any]:

@@ -19,7 +19,19 @@ def test_shipped_presets_load(name):
 
 
 def test_every_config_file_is_covered():
-    assert {p.name for p in CONFIGS.glob("*.yaml")} <= set(KINDS) | {p.name for p in CONFIGS.glob("train_*.yaml")}
+    covered = set(KINDS) | {p.name for p in CONFIGS.glob("train_*.yaml")} | {p.name for p in CONFIGS.glob("bench_*.yaml")}
+    assert {p.name for p in CONFIGS.glob("*.yaml")} <= covered
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("train_*.yaml")) + sorted(CONFIGS.glob("bench_*.yaml")),
+                         ids=lambda p: p.name)
+def test_train_and_bench_presets_load(path):
+    from eval.bench_policies import BenchConfig
+    from train.config import TrainConfig
+
+    cls = TrainConfig if path.name.startswith("train_") else BenchConfig
+    cfg = cls.from_yaml(path)
+    assert cls.from_dict(cfg.to_dict()) == cfg
 
 
 def test_errors(tmp_path):
