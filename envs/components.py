@@ -18,11 +18,14 @@ from envs.trajectory_cache import namespace_of
 log = logging.getLogger(__name__)
 
 #: observation group -> signal names whose vectors are concatenated into it
-GROUP_SIGNALS = {"pulse": ["pulse"], "output": ["output"], "rsus": ["rsus"], "coe": ["coe_r", "coe_c"]}
+GROUP_SIGNALS = {"pulse": ["pulse"], "output": ["output"], "rsus": ["rsus"], "coe": ["coe_r", "coe_c"],
+                 "eigen": ["eigenscore"]}
 #: scalar signals exposed in info["signals"] (for threshold triggers): name -> (signal, index)
 SCALARS = {"ppl": ("output", 0), "maxprob": ("output", 1), "entropy": ("output", 2), "minprob": ("output", 3),
            "rsus": ("rsus", 0), "u_verb": ("rsus", 1), "u_ent": ("rsus", 2), "u_cons": ("rsus", 3),
-           "coe_r": ("coe_r", 0), "coe_c": ("coe_c", 0)}
+           "coe_r": ("coe_r", 0), "coe_c": ("coe_c", 0), "eigenscore": ("eigenscore", 0)}
+#: SeaKR's EigenScore: sampled continuations per step (k extra generations; micro-world reasoner only)
+EIGEN_SAMPLES = 4
 
 
 @dataclass
@@ -126,6 +129,16 @@ def _extractor(config: EnvConfig, reasoner, n_layers: int, hidden: int, corpus_t
         options["pulse"] = {"layers": layers} if layers else {}
     if "rsus" in names:
         options["rsus"] = {"config": rsus_cfg, "corpus": corpus_texts, "reasoner": reasoner}
+    if "eigenscore" in names:
+        if backend != "micro":
+            raise ValueError(f"EnvConfig.signals 'eigen' (SeaKR EigenScore) samples continuations from the reasoner's "
+                             f"state; wired for the micro-world reasoner only, not '{backend}'")
+        from agents.signals.hidden import micro_sample_states
+
+        def states_fn(step, state, _r=reasoner, _seed=config.seed):
+            return micro_sample_states(_r, state, k=EIGEN_SAMPLES, seed=_seed, greedy=step)
+
+        options["eigenscore"] = {"states_fn": states_fn}
     return SignalExtractor(names, reasoner.capabilities, backend=backend, options=options,
                            context={"n_layers": n_layers, "hidden_size": hidden})
 

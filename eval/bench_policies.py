@@ -393,6 +393,7 @@ def summarize(cfg: BenchConfig, runner: Runner, results: dict[str, dict], calib:
                                        n_resamples=cfg.n_resamples, seed=cfg.seed)
             notes.append(f"{k} − {best_fixed} on reward: {d['diff']:+.3f} [95% CI {d['lo']:+.3f}, {d['hi']:+.3f}]"
                          f", p = {d['p_value']:.4f} (paired bootstrap).")
+    notes += _seed_pooled_notes(cfg, kinds, results, learned, best_fixed)
     for k, why in skipped.items():
         notes.append(f"Skipped {k}: {why}.")
     breakdowns = _breakdowns(cfg, runner, results)
@@ -407,6 +408,34 @@ def summarize(cfg: BenchConfig, runner: Runner, results: dict[str, dict], calib:
         "dominance": dominance, "frontier": frontier, "breakdowns": breakdowns, "notes": notes,
         "calibration": calib, "skipped": skipped,
     }
+
+
+def _seed_pooled_notes(cfg: BenchConfig, kinds: dict, results: dict, learned: list[str], best_fixed: str | None
+                       ) -> list[str]:
+    """Learned policies trained at the same λ (several seeds, no QueryGen): per-question rewards averaged over
+    the seeds, then a paired bootstrap against the best fixed trigger — the 'over N seeds' comparison."""
+    from eval import stats
+
+    if best_fixed is None:
+        return []
+    groups: dict[float, list[str]] = {}
+    for k in learned:
+        if kinds[k].lam is not None and not kinds[k].querygen:
+            groups.setdefault(float(kinds[k].lam), []).append(k)
+    out = []
+    ref = np.array([e["reward"] for e in results[best_fixed]["episodes"]])
+    for lam, names in sorted(groups.items()):
+        if len(names) < 2:
+            continue
+        pooled = np.mean([[e["reward"] for e in results[k]["episodes"]] for k in names], axis=0)
+        d = stats.paired_bootstrap(pooled, ref, n_resamples=cfg.n_resamples, seed=cfg.seed)
+        per_seed = ", ".join(f"{results[k]['reward']:.3f}" for k in names)
+        wins = sum(results[k]["reward"] > results[best_fixed]["reward"] for k in names)
+        out.append(f"Learned at λ = {lam:g} over {len(names)} seeds (rewards {per_seed}; {wins}/{len(names)} above "
+                   f"{best_fixed}): mean reward {pooled.mean():.3f} vs {best_fixed} {ref.mean():.3f}, difference "
+                   f"{d['diff']:+.3f} [95% CI {d['lo']:+.3f}, {d['hi']:+.3f}], p = {d['p_value']:.4f} (paired "
+                   "bootstrap over questions, seeds averaged per question).")
+    return out
 
 
 def _evidence_recall(runner: Runner, rows: list[dict]) -> float | None:

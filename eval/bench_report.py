@@ -163,7 +163,8 @@ def _frontier(summary: Mapping[str, Any]) -> list[str]:
 
 def _label(name: str, m: Mapping[str, Any]) -> str:
     lam = _num(m.get("lambda"))
-    return f"{name} (λ={lam:g})" if m.get("kind") == "learned" and lam is not None else name
+    show = m.get("kind") == "learned" and lam is not None and "λ" not in name
+    return f"{name} (λ={lam:g})" if show else name
 
 
 # ------------------------------------------------------------------------------------------------ plots

@@ -1,6 +1,7 @@
 """The env on the shipped micro-world: real steps, real retrieval, labels, and the oracle beating never."""
 
 import gymnasium as gym
+import numpy as np
 import pytest
 
 import envs  # noqa: F401
@@ -64,3 +65,21 @@ def test_probe_signal_through_the_env_and_mismatch_error(tmp_path, tiny_world):
     assert 0.0 <= info["signals"]["pulse_prob"] <= 1.0
     with pytest.raises(ProbeMismatchError, match="was trained for model"):
         gym.make("kairos/MicroWorld-v0", config={"artifact": str(tiny_world.path), "probes": {"p": str(out)}})
+
+
+def test_seakr_eigenscore_as_an_env_signal():
+    """signals: [..., eigen] exposes SeaKR's EigenScore (k sampled continuations per step) as obs + scalar."""
+    from policies.triggers import ThresholdTrigger
+
+    env = gym.make("kairos/MicroWorld-v0", config={"split": "dev", "rsus_components": ["ent"],
+                                                   "signals": ["output", "eigen"]}).unwrapped
+    obs, info = env.reset(options={"question_index": 0})
+    assert obs["eigen"].shape == (1,) and np.isfinite(obs["eigen"]).all()
+    assert "eigenscore" in info["signals"] and "eigenscore" in env.c.scalar_names()
+    info = _episode(env, ThresholdTrigger("eigenscore", -1e9, "above", name="SeaKR"), 1)
+    assert info["retrievals"] >= 1
+    with pytest.raises(ValueError, match="micro-world reasoner only"):
+        from envs.components import _extractor
+        from envs.env_config import EnvConfig
+
+        _extractor(EnvConfig(signals=["eigen"]), env.c.reasoner, 1, 1, ["x"], "hf")
