@@ -479,7 +479,12 @@ def _dominance(methods: dict, curves: dict, learned: list[str], fixed: list[str]
     return out
 
 
-def _attr(q: Any, name: str) -> Any:
+def _attr(q: Any, name: str, task: Any = None) -> Any:
+    fn = getattr(task, "question_attr", None)
+    if callable(fn):
+        v = fn(q, name)
+        if v is not None:
+            return v
     v = getattr(q, name, None)
     if v is None:
         meta = getattr(q, "meta", None) or getattr(q, "metadata", None) or {}
@@ -495,7 +500,7 @@ def _breakdowns(cfg: BenchConfig, runner: Runner, results: dict[str, dict]) -> d
         for name, r in results.items():
             groups: dict[str, list[dict]] = {}
             for e in r["episodes"]:
-                g = _attr(qs[e["question_index"]], attr)
+                g = _attr(qs[e["question_index"]], attr, runner.components.task)
                 if g is None:
                     raise ConfigError(f"BenchConfig.group_by: questions have no attribute '{attr}'")
                 groups.setdefault(str(g), []).append(e)

@@ -21,6 +21,27 @@ class MicroWorldTask:
     def question_text(self, q: Question) -> str:
         return q.text
 
+    #: chain kinds from most to least "dangerous": the first split found on a question's gold chain names it
+    CHAIN_KIND_ORDER = ("mislearned", "conflicting", "held_out", "evidence_only", "known")
+
+    def question_attr(self, q: Question, name: str):
+        """Grouping attributes for benchmark breakdowns: ``hops`` and ``chain_kind`` — the most dangerous
+        fact split on the gold chain (``mislearned`` > ``conflicting`` > ``held_out`` (unseen) >
+        ``evidence_only`` > ``known``), i.e. the kind of missing fact the question hinges on."""
+        if name == "hops":
+            return q.hops
+        if name == "chain_kind":
+            splits, cur = set(), q.head
+            for rel in q.path:
+                f = self.kb.get(cur, rel)
+                if f is None:
+                    return "no_chain"
+                splits.add(f.split)
+                cur = f.object
+            kind = next((k for k in self.CHAIN_KIND_ORDER if k in splits), "known")
+            return "unseen" if kind == "held_out" else kind
+        return None
+
     def gold_passages(self, q: Question) -> list[str]:
         """Ids of the corpus passages (facts) on the question's gold chain, in hop order."""
         out, cur = [], q.head

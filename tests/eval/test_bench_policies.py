@@ -13,7 +13,7 @@ def _cfg(tmp_path, methods, **kw):
     # the shipped world: competent enough that steps carry signals (the tiny world writes empty steps)
     env = {"split": "dev", "rsus_components": ["ent"], "cache_path": str(tmp_path / "cache.sqlite")}
     return BenchConfig.from_dict({"name": "tiny", "out_dir": str(tmp_path / "bench"), "env": env, "dev": "0:6",
-                                  "test": "6:16", "n_resamples": 300, "methods": methods, "group_by": ["hops"],
+                                  "test": "6:16", "n_resamples": 300, "methods": methods, "group_by": ["hops", "chain_kind"],
                                   **kw})
 
 
@@ -56,6 +56,7 @@ def test_bench_runs_calibrates_skips_and_resumes(tmp_path):
     assert all(m["n"] == 10 for m in s["methods"].values())
     assert {c["method"] for c in s["comparisons"]} == set(s["methods"]) - {"CoT"}
     assert s["breakdowns"]["by hops"]
+    assert set(s["breakdowns"]["by chain_kind"]) <= {"known", "unseen", "mislearned", "conflicting", "evidence_only"}
     rows = [json.loads(x) for x in (out / "per_question" / "test" / "CoT.jsonl").read_text().splitlines()]
     assert len(rows) == 10 and {"decisions", "answer", "tokens", "seconds", "quality"} <= set(rows[0])
     assert rows[0]["decisions"] and "signals" in rows[0]["decisions"][0]
