@@ -3,7 +3,9 @@
 Importing this package registers the Gymnasium ids (the env modules themselves load lazily):
 
 * ``kairos/RetrievalTiming-v0`` — configure everything through ``config=``;
-* ``kairos/MicroWorld-v0`` — the micro-world preset (micro-world LM, BM25 over its facts).
+* ``kairos/MicroWorld-v0`` — the micro-world preset (micro-world LM, BM25 over its facts; ColBERT with
+  ``retriever: colbert`` and a PLAID ``index_path``);
+* ``kairos/HotpotQA-v0`` — SmolLM2-135M-Instruct over HotpotQA dev with BM25 over its paragraphs.
 """
 
 import gymnasium as _gym
@@ -11,6 +13,7 @@ import gymnasium as _gym
 for _id, _kwargs in (
     ("kairos/RetrievalTiming-v0", {}),
     ("kairos/MicroWorld-v0", {"preset": "microworld"}),
+    ("kairos/HotpotQA-v0", {"preset": "hotpotqa"}),
 ):
     if _id not in _gym.registry:
         _gym.register(id=_id, entry_point="envs.registration:make_env", kwargs=_kwargs,

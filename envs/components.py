@@ -19,11 +19,12 @@ log = logging.getLogger(__name__)
 
 #: observation group -> signal names whose vectors are concatenated into it
 GROUP_SIGNALS = {"pulse": ["pulse"], "output": ["output"], "rsus": ["rsus"], "coe": ["coe_r", "coe_c"],
-                 "eigen": ["eigenscore"]}
+                 "eigen": ["eigenscore"], "rind": ["rind"]}
 #: scalar signals exposed in info["signals"] (for threshold triggers): name -> (signal, index)
 SCALARS = {"ppl": ("output", 0), "maxprob": ("output", 1), "entropy": ("output", 2), "minprob": ("output", 3),
            "rsus": ("rsus", 0), "u_verb": ("rsus", 1), "u_ent": ("rsus", 2), "u_cons": ("rsus", 3),
-           "coe_r": ("coe_r", 0), "coe_c": ("coe_c", 0), "eigenscore": ("eigenscore", 0)}
+           "coe_r": ("coe_r", 0), "coe_c": ("coe_c", 0), "eigenscore": ("eigenscore", 0),
+           "rind": ("rind", 0)}
 #: SeaKR's EigenScore: sampled continuations per step (k extra generations; micro-world reasoner only)
 EIGEN_SAMPLES = 4
 
@@ -156,7 +157,13 @@ def _qa(config: EnvConfig) -> Components:
 
     task = QATask(config.task, config.split, config.data_path)
     corpus = task.corpus()
-    reasoner = make_reasoner(config.reasoner, max_step_tokens=config.max_step_tokens)
+    extra = {}
+    if "rind" in config.signals:  # DRAGIN's RIND reads last-layer attention: eager attention, captured
+        if config.reasoner != "hf":
+            raise ValueError(f"EnvConfig.signals 'rind' (DRAGIN) needs attentions; reasoner '{config.reasoner}' "
+                             "does not expose them (use reasoner 'hf')")
+        extra = {"attn_implementation": "eager", "capture_attentions": True}
+    reasoner = make_reasoner(config.reasoner, max_step_tokens=config.max_step_tokens, **extra)
     if not hasattr(reasoner, "snapshot"):
         raise ValueError(f"reasoner '{config.reasoner}' cannot snapshot its state (needed by the trajectory cache)")
     retriever = _qa_retriever(config, corpus, BM25Retriever)
@@ -174,7 +181,7 @@ def _qa(config: EnvConfig) -> Components:
                       _namespace(config.reasoner, [ident, corpus.fingerprint()], config), feature_dims)
 
 
-def _qa_retriever(config: EnvConfig, corpus, bm25_cls):
+def _qa_retriever(config: EnvConfig, corpus, bm25_cls):  # shared by the real-data and micro-world tasks
     """BM25 built in memory, or any prebuilt index (``index_path``: BM25 or ColBERT/PLAID), checked against
     this task's corpus (count, fingerprint, files, known-answer probe) before use."""
     if config.retriever not in ("bm25", "colbert"):
@@ -206,9 +213,10 @@ def _microworld(config: EnvConfig) -> Components:
     task = MicroWorldTask(world, config.split)
     reasoner = MicroReasoner(world, max_step_tokens=config.max_step_tokens)
     corpus = world.corpus()
-    if config.retriever != "bm25":
-        raise ValueError(f"micro-world env: retriever '{config.retriever}' not wired yet (available: bm25)")
-    retriever = BM25Retriever.build(corpus)
+    if "rind" in config.signals:
+        raise ValueError("EnvConfig.signals 'rind' (DRAGIN) needs attentions, which the micro-world reasoner does "
+                         "not expose")
+    retriever = _qa_retriever(config, corpus, BM25Retriever)
     querygen = QueryGenerator(list(config.query_modes))
     n_layers = world.model.config.num_hidden_layers
     if not config.pulse_layers:

