@@ -35,6 +35,7 @@ Example config (``configs/bench_microworld.yaml``)::
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import math
 from dataclasses import dataclass, field
@@ -207,6 +208,24 @@ class Runner:
         self.components = components or build_components(self.env_config)
         self.scalars = set(self.components.scalar_names())
         self.out = Path(cfg.out_dir)
+        self._check_fingerprint()
+
+    def _check_fingerprint(self) -> None:
+        """Per-question rows are only reused by a run of the same env (outcome namespace) and λ: a changed
+        config pointed at an old out_dir is an error, never a silent mix of results."""
+        from envs.io import write_json
+
+        fp = {"namespace": self.components.namespace, "split": self.env_config.split,
+              "lambda_retrieval": self.cfg.lambda_retrieval}
+        path = self.out / "per_question" / "fingerprint.json"
+        if path.is_file():
+            old = json.loads(path.read_text())
+            if old != fp:
+                diff = sorted(k for k in fp if old.get(k) != fp[k])
+                raise ConfigError(f"{self.out}: holds per-question results of a different setup ({', '.join(diff)} "
+                                  "changed); use another out_dir or delete this one to start over")
+        else:
+            write_json(path, fp)
 
     def run(self, trigger, split: str, questions: range, tag: str | None = None, querygen: bool = False
             ) -> dict[str, Any]:

@@ -69,6 +69,9 @@ def test_bench_runs_calibrates_skips_and_resumes(tmp_path):
     for k in s["methods"]:
         assert s2["methods"][k]["accuracy"] == pytest.approx(s["methods"][k]["accuracy"])
         assert s2["methods"][k]["calls"] == pytest.approx(s["methods"][k]["calls"])
+    # the same out_dir with another λ (or env) is refused, not mixed
+    with pytest.raises(ConfigError, match="lambda_retrieval"):
+        run_bench(cfg.replace(lambda_retrieval=0.2))
 
 
 def test_bench_config_errors(tmp_path):
