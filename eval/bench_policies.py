@@ -75,6 +75,9 @@ class MethodSpec(ConfigBase):
     seeds: int = helpf(3, "random: seeds (per-question quality is averaged over them)")
     path: str | None = helpf(None, "learned: exported policy directory (policies.rl.export)")
     lam: float | None = helpf(None, "learned: the λ_retrieval it was trained at (label only)")
+    select_on_dev: bool = helpf(False, "learned: pick, by dev reward, among path and the run's snapshots "
+                                       "(<run>/snapshots/iter_*; train with snapshot_every) — model selection on "
+                                       "dev, as thresholds are calibrated on dev")
     querygen: bool = helpf(False, "learned: also choose the query mode with the policy's QueryGen head (the env "
                                   "runs with querygen on; path must hold an export with the query head)")
 
@@ -319,7 +322,38 @@ def _run_method(m: MethodSpec, runner: Runner, cot_dev, dev, test, results, cali
         return _average_seeds(runs, p)
     if m.kind == "cache_oracle":
         return _cache_oracle(runner, test, lam)
+    if m.kind == "learned" and m.select_on_dev:
+        return _select_learned(m, runner, dev, test, calib)
     return runner.run(make_trigger(m), "test", test, tag=m.name, querygen=m.querygen)
+
+
+def snapshot_candidates(path: str | Path) -> list[Path]:
+    """The exported policy at ``path`` plus its run's snapshots (``<run>/snapshots/iter_*``), oldest first."""
+    path = Path(path)
+    snaps = sorted((path.parent / "snapshots").glob("iter_*")) if (path.parent / "snapshots").is_dir() else []
+    return [p for p in snaps if (p / "spec.json").is_file()] + [path]
+
+
+def _select_learned(m: MethodSpec, runner: Runner, dev: range, test: range, calib: dict) -> dict[str, Any]:
+    """Evaluate every candidate export on dev, keep the best by reward at the policy's own training λ
+    (``m.lam``; else the bench's) — ties: fewer calls — and run it on test."""
+    import dataclasses
+
+    lam = m.lam if m.lam is not None else runner.cfg.lambda_retrieval
+    sweep = []
+    for c in snapshot_candidates(m.path):
+        spec = dataclasses.replace(m, path=str(c), select_on_dev=False)
+        r = runner.run(make_trigger(spec), "dev", dev, tag=f"{m.name}@{c.parent.name}_{c.name}")
+        sweep.append({"path": str(c), "accuracy": r["accuracy"], "calls": r["calls_per_question"],
+                      "reward": r["accuracy"] - lam * r["calls_per_question"]})
+    best = max(sweep, key=lambda s: (s["reward"], -s["calls"]))
+    calib[m.name] = {"candidates": sweep, "chosen": best["path"]}
+    log.info("%s: selected %s on dev (reward %.3f of %d candidates)", m.name, best["path"], best["reward"],
+             len(sweep))
+    spec = dataclasses.replace(m, path=best["path"], select_on_dev=False)
+    res = runner.run(make_trigger(spec), "test", test, tag=f"{m.name}@{Path(best['path']).name}")
+    res["selected"] = best["path"]
+    return res
 
 
 def _cache_oracle(runner: Runner, questions: range, lam: float, max_leaves: int = 4096) -> dict[str, Any]:

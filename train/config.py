@@ -122,6 +122,9 @@ class TrainConfig(ConfigBase):
     checkpoint_every: int = helpf(5, "save a checkpoint every N iterations (and at the end)")
     keep_checkpoints: int = helpf(2, "checkpoints kept on disk (oldest deleted)")
     eval_questions: int = helpf(0, "after training, evaluate greedily on this many dev questions (0: skip)")
+    snapshot_every: int = helpf(0, "export the trigger every N iterations into snapshots/iter_NNNN (0: off) — "
+                                   "the benchmark can select among them on dev, as it calibrates thresholds")
+    snapshot_from: int = helpf(0, "first iteration eligible for a snapshot")
     sweep: SweepOptions = field(default_factory=SweepOptions,
                                 metadata={"help": "Tune grid over seeds × final λ (used with --sweep)"})
 

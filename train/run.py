@@ -237,6 +237,12 @@ def train(cfg: TrainConfig, resume: bool = False, stop_after: int | None = None,
                     on_iteration(it, last)
                 if it % cfg.checkpoint_every == 0 or it >= cfg.iterations:
                     save_checkpoint(algo, ckpt_dir, cfg.keep_checkpoints)
+                if cfg.snapshot_every and it >= cfg.snapshot_from and (it % cfg.snapshot_every == 0
+                                                                       or it >= cfg.iterations):
+                    from policies.rl.export import export_policy
+
+                    export_policy(learner_net(algo), out / "snapshots" / f"iter_{it:04d}", heads=("retrieve",),
+                                  extra={"name": f"{cfg.name}-iter{it}", "iteration": it})
         if not list_checkpoints(ckpt_dir) or int(list_checkpoints(ckpt_dir)[-1].name[len(CKPT_PREFIX):]) != algo.iteration:
             save_checkpoint(algo, ckpt_dir, cfg.keep_checkpoints)
         writer.flush()

@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -75,8 +76,8 @@ def sweep(cfg: TrainConfig) -> dict[str, Any]:
             tune.with_resources(_trial, pgf),
             param_space={"train": tune.grid_search(trials)},
             tune_config=tune.TuneConfig(max_concurrent_trials=cfg.sweep.max_concurrent),
-            run_config=tune.RunConfig(name=f"{cfg.name}_sweep", storage_path=str(Path(cfg.out_dir).resolve() / "tune"),
-                                      verbose=1),
+            run_config=tune.RunConfig(name=f"{cfg.name}_sweep_{time.strftime('%Y%m%d-%H%M%S')}",
+                                      storage_path=str(Path(cfg.out_dir).resolve() / "tune"), verbose=1),
         )
         grid = tuner.fit()
     finally:
