@@ -35,9 +35,15 @@ METHODS = [{"name": "CoT", "kind": "never"}, {"name": "IRCoT", "kind": "always"}
            {"name": "Oracle", "kind": "oracle"}, {"name": "CacheOracle", "kind": "cache_oracle"}]
 
 
+@pytest.mark.slow
 def test_bench_runs_calibrates_skips_and_resumes(tmp_path):
-    methods = METHODS + [{"name": "learned", "kind": "learned", "lam": 0.1,
-                          "path": str(_export_random_policy(tmp_path))}]
+    import shutil
+
+    policy = _export_random_policy(tmp_path)
+    for it in ("iter_0001", "iter_0002"):  # a run's snapshots: selected among on dev
+        shutil.copytree(policy, tmp_path / "snapshots" / it)
+    methods = METHODS + [{"name": "learned", "kind": "learned", "lam": 0.1, "path": str(policy),
+                          "select_on_dev": True}]
     cfg = _cfg(tmp_path, methods)
     s = run_bench(cfg)
     out = tmp_path / "bench"
@@ -55,6 +61,8 @@ def test_bench_runs_calibrates_skips_and_resumes(tmp_path):
     assert fl["threshold"] == best["threshold"] and fl["curve"]
     assert all(m["n"] == 10 for m in s["methods"].values())
     assert {c["method"] for c in s["comparisons"]} == set(s["methods"]) - {"CoT"}
+    assert len(s["calibration"]["learned"]["candidates"]) == 3
+    assert s["calibration"]["learned"]["chosen"] in {c["path"] for c in s["calibration"]["learned"]["candidates"]}
     assert s["breakdowns"]["by hops"]
     assert set(s["breakdowns"]["by chain_kind"]) <= {"known", "unseen", "mislearned", "conflicting", "evidence_only"}
     rows = [json.loads(x) for x in (out / "per_question" / "test" / "CoT.jsonl").read_text().splitlines()]

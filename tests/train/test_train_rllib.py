@@ -173,12 +173,14 @@ def test_tune_sweep_runs_grid_and_writes_tensorboard(ray_init, tmp_path):
     from train.sweep import sweep
 
     cfg = _cfg(tmp_path, iterations=2, checkpoint_every=1)
-    cfg = cfg.replace(sweep={"seeds": [0, 1], "lambda_end": [0.1]})
+    cfg = cfg.replace(sweep={"seeds": [0, 1], "lambda_end": [0.1]}, snapshot_every=1, snapshot_from=2)
     out = sweep(cfg)
     assert [t["seed"] for t in out["trials"]] == [0, 1] and all(t["lambda_end"] == 0.1 for t in out["trials"])
     for t in out["trials"]:
         assert (Path(t["policy_trigger"]) / "spec.json").is_file()
         assert t["final"]["iteration"] == 2
+        snaps = sorted(p.name for p in (Path(t["out_dir"]) / "snapshots").iterdir())
+        assert snaps == ["iter_0002"]  # snapshot_from = 2
     events = list(Path(out["tune_dir"]).rglob("events.out.tfevents*"))
     assert len(events) >= 2  # Tune's TensorBoard logger, one per trial
     assert (tmp_path / "run" / "sweep_summary.json").is_file()
