@@ -49,6 +49,7 @@ class ModelOptions(ConfigBase):
     explore_floor: float = helpf(0.05, "anti-collapse: a loss barrier keeps π(retrieve) >= this on visited states")
     explore_mix: float = helpf(0.0, "optional ε-mix of the sampling policy with uniform (learner uses the raw one)")
     freeze: list[str] = helpf([], "parameter groups to freeze: trunk, retrieve, query, value")
+    drop_fields: list[str] = helpf([], "observation fields the policy does not see (ablations), e.g. [pulse]")
     warm_start: str | None = helpf(None, "exported policy directory to initialise from (policies.rl.export)")
 
     def validate(self) -> None:

@@ -43,6 +43,7 @@ def build_algo_config(cfg: TrainConfig):
     model_config = {"arch": m.arch, "d_model": m.d_model, "n_layers": m.n_layers, "n_heads": m.n_heads,
                     "ff_dim": m.ff_dim, "normalize": m.normalize,
                     "explore_floor": m.explore_floor, "explore_mix": m.explore_mix, "freeze": list(m.freeze),
+                    "drop_fields": list(m.drop_fields),
                     "query_modes": list(cfg.env_config.get("query_modes", []))}
     return (
         ReinforceConfig()

@@ -8,7 +8,8 @@ The module wraps :class:`policies.rl.net.PolicyNet`. Its ``ACTION_DIST_INPUTS`` 
 ``model_config`` keys: ``arch``, ``d_model``, ``n_layers``, ``n_heads``, ``ff_dim``, ``explore_floor``
 (the learner adds a barrier keeping π(retrieve) ≥ floor on every visited state), ``explore_mix``
 (optional ε-mix of the sampling policy with uniform; greedy inference ignores both),
-``freeze`` (parameter groups to freeze: ``trunk``, ``retrieve``, ``query``, ``value``), ``query_modes``.
+``freeze`` (parameter groups to freeze: ``trunk``, ``retrieve``, ``query``, ``value``), ``query_modes``,
+``drop_fields`` (observation fields the policy ignores — observation ablations).
 
 Example:
     >>> import gymnasium as gym, numpy as np
@@ -39,8 +40,13 @@ def spec_from_spaces(observation_space: gym.spaces.Dict, action_space: gym.Space
     """The :class:`PolicySpec` of a Dict observation space and a ``Discrete(2)`` / ``Tuple`` action space."""
     if not isinstance(observation_space, gym.spaces.Dict):
         raise ValueError(f"KairosRLModule needs a Dict observation space, got {observation_space}")
+    drop = set(model_config.get("drop_fields", []))
+    unknown = drop - set(observation_space.spaces)
+    if unknown:
+        raise ValueError(f"KairosRLModule: drop_fields {sorted(unknown)} are not observation fields "
+                         f"(fields: {sorted(observation_space.spaces)})")
     fields = {k: int(torch.tensor(s.shape).prod().item()) if s.shape else 1
-              for k, s in observation_space.spaces.items()}
+              for k, s in observation_space.spaces.items() if k not in drop}
     if isinstance(action_space, gym.spaces.Tuple):
         n_modes = int(action_space.spaces[1].n)
     elif isinstance(action_space, gym.spaces.Discrete) and action_space.n == 2:

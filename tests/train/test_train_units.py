@@ -222,3 +222,13 @@ def test_train_cli_sweep_flag_is_not_a_config_override():
     args = p.parse_args(["--sweep"])
     assert args.run_sweep is True
     assert "sweep" not in TrainConfig.cli_overrides(args)
+
+
+def test_drop_fields_removes_observation_fields_from_the_policy():
+    from policies.rl.module import spec_from_spaces
+
+    space = gym.spaces.Dict({k: gym.spaces.Box(-1, 1, (n,), np.float32) for k, n in FIELDS.items()})
+    spec = spec_from_spaces(space, gym.spaces.Discrete(2), {"drop_fields": ["pulse"]})
+    assert "pulse" not in spec.fields and set(spec.fields) == set(FIELDS) - {"pulse"}
+    with pytest.raises(ValueError, match="drop_fields \\['nope'\\] are not observation fields"):
+        spec_from_spaces(space, gym.spaces.Discrete(2), {"drop_fields": ["nope"]})
