@@ -78,6 +78,8 @@ class MethodSpec(ConfigBase):
     select_on_dev: bool = helpf(False, "learned: pick, by dev reward, among path and the run's snapshots "
                                        "(<run>/snapshots/iter_*; train with snapshot_every) — model selection on "
                                        "dev, as thresholds are calibrated on dev")
+    env: dict = helpf({}, "env config overrides for this method only (e.g. {injection: front} for PUlSE-front); "
+                          "it gets its own components and trajectory-cache namespace")
     querygen: bool = helpf(False, "learned: also choose the query mode with the policy's QueryGen head (the env "
                                   "runs with querygen on; path must hold an export with the query head)")
 
@@ -211,6 +213,7 @@ class Runner:
         self.components = components or build_components(self.env_config)
         self.scalars = set(self.components.scalar_names())
         self.out = Path(cfg.out_dir)
+        self._variants: dict[str, tuple] = {}
         self._check_fingerprint()
 
     def _check_fingerprint(self) -> None:
@@ -230,14 +233,28 @@ class Runner:
         else:
             write_json(path, fp)
 
-    def run(self, trigger, split: str, questions: range, tag: str | None = None, querygen: bool = False
-            ) -> dict[str, Any]:
+    def _with_overrides(self, env: dict | None):
+        """(env config, components) of the bench env with a method's overrides (built once per override)."""
+        if not env:
+            return self.env_config, self.components
+        key = json.dumps(env, sort_keys=True)
+        if key not in self._variants:
+            from envs.components import build_components
+
+            cfg = self.env_config.replace(**env)
+            self._variants[key] = (cfg, build_components(cfg))
+        return self._variants[key]
+
+    def run(self, trigger, split: str, questions: range, tag: str | None = None, querygen: bool = False,
+            env: dict | None = None) -> dict[str, Any]:
         from train.evaluate import evaluate_policy
 
         name = _slug(tag or trigger.name)
-        env_config = self.env_config.replace(querygen=True) if querygen else self.env_config
+        env_config, components = self._with_overrides(env)
+        if querygen:
+            env_config = env_config.replace(querygen=True)
         return evaluate_policy(trigger, env_config, list(questions), batch_size=self.cfg.batch_size,
-                               components=self.components, return_episodes=True,
+                               components=components, return_episodes=True,
                                jsonl_path=self.out / "per_question" / split / f"{name}.jsonl",
                                progress=f"{split} {tag or trigger.name}")
 
@@ -296,7 +313,7 @@ def _run_method(m: MethodSpec, runner: Runner, cot_dev, dev, test, results, cali
                 raise _Skip(f"signal '{m.signal}' has no finite values on dev")
             sweep = []
             for t in grid:
-                r = runner.run(make_trigger(m, threshold=t), "dev", dev, tag=f"{m.name}@{t:.6g}")
+                r = runner.run(make_trigger(m, threshold=t), "dev", dev, tag=f"{m.name}@{t:.6g}", env=m.env)
                 sweep.append({"threshold": t, "accuracy": r["accuracy"], "calls": r["calls_per_question"],
                               "reward": r["reward"]})
             best = max(sweep, key=lambda s: (s["reward"], -s["calls"]))
@@ -304,12 +321,12 @@ def _run_method(m: MethodSpec, runner: Runner, cot_dev, dev, test, results, cali
         calib[m.name] = {"grid": grid, "sweep": sweep, "chosen": chosen}
         log.info("%s: threshold %.6g (%s)", m.name, chosen,
                  "fixed by the config" if m.fixed_threshold is not None else "calibrated on dev")
-        res = runner.run(make_trigger(m, threshold=chosen), "test", test, tag=f"{m.name}@{chosen:.6g}")
+        res = runner.run(make_trigger(m, threshold=chosen), "test", test, tag=f"{m.name}@{chosen:.6g}", env=m.env)
         res["threshold"] = chosen
         if runner.cfg.test_curves and grid:
             curve = []
             for t in sorted(set(grid) | {chosen}):
-                r = runner.run(make_trigger(m, threshold=t), "test", test, tag=f"{m.name}@{t:.6g}")
+                r = runner.run(make_trigger(m, threshold=t), "test", test, tag=f"{m.name}@{t:.6g}", env=m.env)
                 curve.append({"threshold": t, "accuracy": r["accuracy"], "calls": r["calls_per_question"]})
             res["curve"] = sorted(curve, key=lambda c: c["calls"])
         return res
@@ -324,7 +341,7 @@ def _run_method(m: MethodSpec, runner: Runner, cot_dev, dev, test, results, cali
         return _cache_oracle(runner, test, lam)
     if m.kind == "learned" and m.select_on_dev:
         return _select_learned(m, runner, dev, test, calib)
-    return runner.run(make_trigger(m), "test", test, tag=m.name, querygen=m.querygen)
+    return runner.run(make_trigger(m), "test", test, tag=m.name, querygen=m.querygen, env=m.env)
 
 
 def snapshot_candidates(path: str | Path) -> list[Path]:
