@@ -32,7 +32,8 @@ METHODS = [{"name": "CoT", "kind": "never"}, {"name": "IRCoT", "kind": "always"}
            {"name": "FLARE", "kind": "threshold", "signal": "minprob", "direction": "below"},
            {"name": "DRAGIN", "kind": "threshold", "signal": "rind", "direction": "above"},
            {"name": "Random", "kind": "random", "match": "FLARE", "seeds": 2},
-           {"name": "Oracle", "kind": "oracle"}, {"name": "CacheOracle", "kind": "cache_oracle"}]
+           {"name": "Oracle", "kind": "oracle"}, {"name": "CacheOracle", "kind": "cache_oracle"},
+           {"name": "IRCoT-front", "kind": "always", "env": {"injection": "front"}}]
 
 
 @pytest.mark.slow
@@ -49,7 +50,9 @@ def test_bench_runs_calibrates_skips_and_resumes(tmp_path):
     out = tmp_path / "bench"
     for f in ("summary.json", "report.md", "report.html", "pareto.png", "accuracy.png"):
         assert (out / f).is_file(), f
-    assert set(s["methods"]) == {"CoT", "IRCoT", "FLARE", "Random", "Oracle", "CacheOracle", "learned"}
+    assert set(s["methods"]) == {"CoT", "IRCoT", "FLARE", "Random", "Oracle", "CacheOracle", "learned",
+                                 "IRCoT-front"}
+    assert s["methods"]["IRCoT-front"]["calls"] > 0
     # the cache oracle is the best action sequence per question: no policy beats its reward
     assert s["methods"]["CacheOracle"]["reward"] >= max(v["reward"] for v in s["methods"].values()) - 1e-9
     assert "DRAGIN" in s["skipped"] and "rind" in s["skipped"]["DRAGIN"]
