@@ -116,6 +116,8 @@ class BenchConfig(ConfigBase):
     batch_size: int = helpf(16, "questions in flight per batched generation call")
     n_resamples: int = helpf(10_000, "bootstrap resamples (fixed seed)")
     seed: int = helpf(0, "seed of the statistics (and base seed of Random)")
+    skip_missing_policies: bool = helpf(False, "a learned method whose exported policy is missing is skipped (and "
+                                               "listed with the reason) instead of stopping the benchmark")
 
     def validate(self) -> None:
         names = [m.name for m in self.methods]
@@ -289,6 +291,8 @@ def run_bench(cfg: BenchConfig, components=None) -> dict[str, Any]:
                             f"{', '.join(sorted(runner.scalars))})")
             if m.kind == "oracle" and not runner.components.has_labels:
                 raise _Skip("no ground-truth step labels for this task")
+            if m.kind == "learned" and cfg.skip_missing_policies and not (Path(m.path) / "spec.json").is_file():
+                raise _Skip(f"no exported policy at {m.path} (not trained yet)")
             results[m.name] = _run_method(m, runner, cot_dev, dev, test, results, calib, lam)
         except _Skip as e:
             skipped[m.name] = str(e)

@@ -3,6 +3,7 @@
 #   1. start a local Ray head (`ray start --head`, needs ray[default] for the job server);
 #   2. submit a short training job with `ray job submit --working-dir . -- python -m train --config …`;
 #   3. check the job succeeded and exported a policy; 4. stop the cluster (also on failure).
+# NOTE: `ray stop` stops every Ray process of this user on the machine — do not run this next to a training run.
 # Usage: scripts/ray_job_smoke.sh [OUT_DIR]      (OUT_DIR default: runs/ray_job_smoke)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +24,10 @@ cfg["env_config"].update(max_questions=32, cache_path=f"{out}/cache.sqlite")
 yaml.safe_dump(cfg, open(f"{out}/train.yaml", "w"))
 PY
 export RAY_ADDRESS="http://127.0.0.1:$DASH"
+# token authentication (Ray >= 2.59 enables it for local clusters): the head and the CLI must agree, so set the
+# mode explicitly and make sure a token exists (~/.ray/auth_token)
+export RAY_AUTH_MODE=${RAY_AUTH_MODE:-token}
+if [ "$RAY_AUTH_MODE" = token ]; then ray get-auth-token --generate > /dev/null; fi
 ray start --head --num-cpus 2 --port "$PORT" --dashboard-host 127.0.0.1 --dashboard-port "$DASH" \
   --include-dashboard true --disable-usage-stats > "$OUT/ray_start.log" 2>&1
 trap 'ray stop --force > /dev/null 2>&1 || true' EXIT
