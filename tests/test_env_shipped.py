@@ -67,6 +67,7 @@ def test_probe_signal_through_the_env_and_mismatch_error(tmp_path, tiny_world):
         gym.make("kairos/MicroWorld-v0", config={"artifact": str(tiny_world.path), "probes": {"p": str(out)}})
 
 
+@pytest.mark.slow
 def test_seakr_eigenscore_as_an_env_signal():
     """signals: [..., eigen] exposes SeaKR's EigenScore (k sampled continuations per step) as obs + scalar."""
     from policies.triggers import ThresholdTrigger
