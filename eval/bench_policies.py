@@ -385,9 +385,11 @@ def _cache_oracle(runner: Runner, questions: range, lam: float, max_leaves: int 
 
     cfg = runner.env_config.replace(max_questions=max(questions.stop, runner.env_config.max_questions or 0))
     env = RetrievalTimingEnv(cfg, components=runner.components)
+    from tqdm.auto import tqdm
+
     rows = []
     try:
-        for q in questions:
+        for q in tqdm(questions, desc="test cache oracle (decision-tree search)", unit="q", leave=False):
             leaf = best_leaf(enumerate_leaves(env, q, max_leaves=max_leaves), {"retrieval_calls": lam})
             _, info = env.reset(options={"question_index": q})
             rows.append({"question_index": q, "question_id": info["question_id"], "quality": leaf.quality,
