@@ -75,6 +75,9 @@ class MethodSpec(ConfigBase):
     seeds: int = helpf(3, "random: seeds (per-question quality is averaged over them)")
     path: str | None = helpf(None, "learned: exported policy directory (policies.rl.export)")
     lam: float | None = helpf(None, "learned: the λ_retrieval it was trained at (label only)")
+    group: str | None = helpf(None, "learned: methods sharing a group are seeds of one training configuration — "
+                                    "pooled against the best fixed trigger; each group is one point of the "
+                                    "learned λ curve (methods without a group are reported on their own)")
     select_on_dev: bool = helpf(False, "learned: pick, by dev reward, among path and the run's snapshots "
                                        "(<run>/snapshots/iter_*; train with snapshot_every) — model selection on "
                                        "dev, as thresholds are calibrated on dev")
@@ -455,7 +458,7 @@ def summarize(cfg: BenchConfig, runner: Runner, results: dict[str, dict], calib:
     budgets = sorted({round(methods[k]["calls"], 4) for k in learned + fixed})
     matched = [{"budget": b, "method": k, "accuracy": stats.accuracy_at_budget(curves[k], b)}
                for b in budgets for k in methods]
-    dominance = _dominance(methods, curves, learned, fixed)
+    dominance = _dominance(methods, curves, _learned_groups(kinds, learned), fixed)
     best_fixed = max(fixed, key=lambda k: methods[k]["reward"]) if fixed else None
     notes = [f"Reward = quality − {cfg.lambda_retrieval:g} · retrieval calls. Thresholds calibrated on dev "
              f"{cfg.dev} (best reward), evaluated on test {cfg.test}."]
@@ -488,30 +491,34 @@ def summarize(cfg: BenchConfig, runner: Runner, results: dict[str, dict], calib:
 
 def _seed_pooled_notes(cfg: BenchConfig, kinds: dict, results: dict, learned: list[str], best_fixed: str | None
                        ) -> list[str]:
-    """Learned policies trained at the same λ (several seeds, no QueryGen): per-question rewards averaged over
-    the seeds, then a paired bootstrap against the best fixed trigger — the 'over N seeds' comparison."""
+    """Learned methods of one ``group`` (seeds of one configuration): per-question rewards averaged over the
+    seeds, then a paired bootstrap against the best fixed trigger — the 'over N seeds' comparison."""
     from eval import stats
 
     if best_fixed is None:
         return []
-    groups: dict[float, list[str]] = {}
-    for k in learned:
-        if kinds[k].lam is not None and not kinds[k].querygen:
-            groups.setdefault(float(kinds[k].lam), []).append(k)
     out = []
     ref = np.array([e["reward"] for e in results[best_fixed]["episodes"]])
-    for lam, names in sorted(groups.items()):
+    for group, names in _learned_groups(kinds, learned).items():
         if len(names) < 2:
             continue
         pooled = np.mean([[e["reward"] for e in results[k]["episodes"]] for k in names], axis=0)
         d = stats.paired_bootstrap(pooled, ref, n_resamples=cfg.n_resamples, seed=cfg.seed)
         per_seed = ", ".join(f"{results[k]['reward']:.3f}" for k in names)
         wins = sum(results[k]["reward"] > results[best_fixed]["reward"] for k in names)
-        out.append(f"Learned at λ = {lam:g} over {len(names)} seeds (rewards {per_seed}; {wins}/{len(names)} above "
+        out.append(f"Learned '{group}' over {len(names)} seeds (rewards {per_seed}; {wins}/{len(names)} above "
                    f"{best_fixed}): mean reward {pooled.mean():.3f} vs {best_fixed} {ref.mean():.3f}, difference "
                    f"{d['diff']:+.3f} [95% CI {d['lo']:+.3f}, {d['hi']:+.3f}], p = {d['p_value']:.4f} (paired "
                    "bootstrap over questions, seeds averaged per question).")
     return out
+
+
+def _learned_groups(kinds: dict, learned: list[str]) -> dict[str, list[str]]:
+    groups: dict[str, list[str]] = {}
+    for k in learned:
+        if kinds[k].group:
+            groups.setdefault(kinds[k].group, []).append(k)
+    return groups
 
 
 def _evidence_recall(runner: Runner, rows: list[dict]) -> float | None:
@@ -530,28 +537,29 @@ def _evidence_recall(runner: Runner, rows: list[dict]) -> float | None:
     return float(np.mean(vals)) if vals else None
 
 
-def _dominance(methods: dict, curves: dict, learned: list[str], fixed: list[str]) -> list[str]:
-    """Frontier-dominance sentences: the learned policies' curve (one point per λ) against each fixed
-    trigger's threshold curve; a single learned point is compared at its own budget instead."""
+def _dominance(methods: dict, curves: dict, groups: dict[str, list[str]], fixed: list[str]) -> list[str]:
+    """Frontier-dominance sentences: the learned curve (one seed-averaged point per group, e.g. per λ) against
+    each fixed trigger's threshold curve; with one group its point is compared at its own budget instead."""
     from eval import stats
 
-    if not learned or not fixed:
+    if not groups or not fixed:
         return []
-    if len(learned) >= 2:
-        name = "learned (λ sweep)"
-        curve = sorted((methods[k]["calls"], methods[k]["accuracy"]) for k in learned)
-        return [stats.dominance(curve, curves[b], name_a=name, name_b=b)["summary"] for b in fixed]
-    a = learned[0]
-    calls, acc = methods[a]["calls"], methods[a]["accuracy"]
+    points = {g: (float(np.mean([methods[k]["calls"] for k in ks])), float(np.mean([methods[k]["accuracy"]
+                                                                                  for k in ks])))
+              for g, ks in groups.items()}
+    if len(points) >= 2:
+        curve = sorted(points.values())
+        return [stats.dominance(curve, curves[b], name_a="learned (λ curve)", name_b=b)["summary"] for b in fixed]
+    (g, (calls, acc)), = points.items()
     out = []
     for b in fixed:
         acc_b = stats.accuracy_at_budget(curves[b], calls)
         if acc_b is None:
-            out.append(f"{b} has no operating point at or below {a}'s budget ({calls:.2f} calls/question)")
+            out.append(f"{b} has no operating point at or below the budget of learned '{g}' ({calls:.2f} calls/question)")
             continue
         verdict = "above" if acc > acc_b + 1e-9 else "below" if acc < acc_b - 1e-9 else "level with"
-        out.append(f"At {a}'s budget ({calls:.2f} calls/question) it is {verdict} {b}'s threshold curve: "
-                   f"{acc:.3f} vs {acc_b:.3f}")
+        out.append(f"At the budget of learned '{g}' ({calls:.2f} calls/question, seeds averaged) it is {verdict} {b}'s "
+                   f"threshold curve: {acc:.3f} vs {acc_b:.3f}")
     return out
 
 
