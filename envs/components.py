@@ -144,9 +144,15 @@ def _extractor(config: EnvConfig, reasoner, n_layers: int, hidden: int, corpus_t
                            context={"n_layers": n_layers, "hidden_size": hidden})
 
 
+#: bumped when what a cached StepRecord holds changes meaning (2: ``seconds`` is the record's own share of a
+#: batched generation call, no longer the whole round's wall time)
+RECORD_VERSION = 2
+
+
 def _namespace(kind: str, identity, config: EnvConfig) -> str:
-    outcome_fields = {k: v for k, v in config.to_dict().items() if k not in ("costs", "cost_params", "cache_path", "split", "max_questions", "querygen")}
-    return namespace_of(kind, identity, outcome_fields)
+    outcome_fields = {k: v for k, v in config.to_dict().items()
+                      if k not in ("costs", "cost_params", "cache_path", "split", "max_questions", "querygen")}
+    return namespace_of(kind, identity, outcome_fields, RECORD_VERSION)
 
 
 def _qa(config: EnvConfig) -> Components:

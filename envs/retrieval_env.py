@@ -263,9 +263,7 @@ class RetrievalTimingEnv(gym.Env):
         if hit is not None:
             self._before = self._after = None  # rebuilt from the record's snapshots only if we generate again
             return hit
-        t0 = time.perf_counter()
-        rec = yield from self._generate(kind, mode)
-        rec.seconds = time.perf_counter() - t0
+        rec = yield from self._generate(kind, mode)  # rec.seconds: this record's own share (see _generate)
         self.cache.put(qid, self._prefix, rec)
         return rec
 
@@ -278,7 +276,11 @@ class RetrievalTimingEnv(gym.Env):
         return self.c.reasoner.restore(snap)
 
     def _generate(self, kind: str, mode: int) -> StepRecord:
+        """A new record: state, query + retrieval (retrieve), one generation request (yielded: the batched
+        call serves it), signals and label. ``seconds`` = this env's own work (query, retrieval, signals) plus
+        the reasoner's per-sequence share of the batched generation call."""
         r, c = self.c.reasoner, self.c
+        t_own = time.perf_counter()
         question = c.question_text(self._q)
         query, passage_ids, evidence, injected = None, (), (), 0
         if kind == "start":
@@ -300,6 +302,7 @@ class RetrievalTimingEnv(gym.Env):
             injected = sum(len(p.text.split()) for p in chosen)
         else:  # pragma: no cover - internal
             raise ValueError(kind)
+        own = time.perf_counter() - t_own
         if kind == "retrieve" and not passage_ids:
             # nothing new to inject (every top-k passage was used): the step stands as it was
             (step, after) = (None, None)
@@ -307,6 +310,7 @@ class RetrievalTimingEnv(gym.Env):
             step, after = yield ("regen", before, list(evidence), self.config.injection)
         else:
             step, after = yield ("next", before)
+        t_own = time.perf_counter()
         if step is None:
             yield from ()
             prev = self._record
@@ -319,8 +323,9 @@ class RetrievalTimingEnv(gym.Env):
             label, error_kind, chain_object = c.task.label(self._q, self._n_accepted + 1, chain_before,
                                                            step.content, step.is_answer)
         self._before, self._after = before, after
+        seconds = own + (time.perf_counter() - t_own) + float(getattr(step, "seconds", 0.0) or 0.0)
         return StepRecord(text=step.text, content=step.content, is_answer=step.is_answer, n_tokens=step.n_tokens,
-                          seconds=0.0, features=feats, signals=scalars, mask=mask,
+                          seconds=seconds, features=feats, signals=scalars, mask=mask,
                           before=r.snapshot(before), after=r.snapshot(after), evidence=evidence, query=query,
                           passage_ids=passage_ids, tokens_injected=injected, label=label, error_kind=error_kind,
                           chain_before=chain_before, chain_object=chain_object,
