@@ -65,8 +65,8 @@ def evaluate_policy(policy_or_trigger: Any, env_config: dict | Any, question_ind
 
     Args:
         policy_or_trigger: a Trigger (``decide(obs, info)``), a :class:`policies.rl.net.PolicyNet`, or the
-            directory of an exported policy. Each episode gets its own copy, reset with the question index
-            as seed, so results do not depend on batching or on resuming.
+            directory of an exported policy. Each episode gets its own (shallow) copy, reset with the question
+            index as seed, so results do not depend on batching or on resuming.
         env_config: :class:`envs.env_config.EnvConfig` or dict (micro-world preset defaults apply); its
             ``costs`` are the λ the reward uses. ``max_questions`` is lifted to cover the indices.
         question_indices: indices into the split's question list.
@@ -117,7 +117,7 @@ def evaluate_policy(policy_or_trigger: Any, env_config: dict | Any, question_ind
         for start in range(0, len(todo), venv.num_envs if venv else 1):
             chunk = todo[start:start + venv.num_envs]
             envs_ = venv.envs[:len(chunk)]
-            trig = [copy.deepcopy(trigger) for _ in chunk]
+            trig = [copy.copy(trigger) for _ in chunk]  # reset() re-seeds each copy; a net stays shared
             for t, q in zip(trig, chunk):
                 t.reset(seed=int(q))
             outs = venv._run([e.reset_gen(options={"question_index": int(q)}) for e, q in zip(envs_, chunk)])
