@@ -65,10 +65,26 @@ def register_query_mode(name: str) -> Callable[[QueryFn], QueryFn]:
     return deco
 
 
+#: name prefix -> "module:factory" turning the rest of the name into a query callable (lazy import)
+MODE_FACTORIES: dict[str, str] = {"gen": "policies.querygen.model:query_mode_from_checkpoint"}
+
+
+def _factory_mode(name: str) -> QueryFn | None:
+    prefix, _, arg = name.partition(":")
+    if prefix in MODE_FACTORIES and arg:
+        mod, fn = MODE_FACTORIES[prefix].split(":")
+        return getattr(importlib.import_module(mod), fn)(arg)
+    return None
+
+
 def get_query_mode(name: str) -> QueryFn:
-    """The mode registered as ``name``, or the callable at dotted path ``package.module:function``."""
+    """The mode registered as ``name``; ``gen:<checkpoint>`` (a trained generative QueryGen, see
+    :mod:`policies.querygen`); or the callable at dotted path ``package.module:function``."""
     if name in QUERY_MODES:
         return QUERY_MODES[name]
+    made = _factory_mode(name)
+    if made is not None:
+        return made
     if ":" in name:
         mod, fn = name.split(":", 1)
         return getattr(importlib.import_module(mod), fn)
@@ -91,6 +107,14 @@ between among through during before after since until till against toward toward
 around beyond via per than as and or but nor so yet if then else because while although though unless
 not n't no can could may might must shall should will would ought also too very just only s step answer
 """.split())
+
+
+def mode_identity(name: str) -> str:
+    """What a cache namespace must record about a mode: its name, plus the weights' fingerprint for a
+    ``gen:`` checkpoint (retraining into the same folder must not reuse old trajectories)."""
+    if name.startswith("gen:"):
+        return f"gen@{getattr(get_query_mode(name), 'fingerprint', 'unknown')}"
+    return name
 
 
 def clean_step(step_text: str) -> str:

@@ -152,6 +152,10 @@ RECORD_VERSION = 2
 def _namespace(kind: str, identity, config: EnvConfig) -> str:
     outcome_fields = {k: v for k, v in config.to_dict().items()
                       if k not in ("costs", "cost_params", "cache_path", "split", "max_questions", "querygen")}
+    if any(m.startswith("gen:") for m in config.query_modes):  # a generative QueryGen: its weights, not its path
+        from agents.query import mode_identity
+
+        outcome_fields["query_modes"] = [mode_identity(m) for m in config.query_modes]
     return namespace_of(kind, identity, outcome_fields, RECORD_VERSION)
 
 

@@ -10,11 +10,12 @@ from envs.data.types import QAExample
 
 DEFAULT_PATHS = {"hotpotqa": "hotpotqa/dev_500.jsonl", "medmcqa": "medmcqa/dev.jsonl",
                  "pubmedqa": "pubmedqa/test_set.json"}
-_SLICE = re.compile(r"^(\w+)(?:\[(\d*):(\d*)\])?$")
+_SLICE = re.compile(r"^(\w+)(?:\[(\d*):(\d*)(?::(\d+))?\])?$")
 
 
 class QATask:
-    """Questions of a dataset split like ``dev`` or ``dev[0:100]`` (a contiguous slice of the file).
+    """Questions of a dataset split like ``dev``, ``dev[0:100]`` (a contiguous slice of the file) or
+    ``dev[0:500:2]`` (every second question: interleaved splits when the file is ordered by type).
 
     Quality: token F1 (max over gold aliases) for extractive answers, accuracy for multiple choice,
     on the answer extracted from the final ``Answer:`` line (lenient extraction).
@@ -23,7 +24,7 @@ class QATask:
     def __init__(self, dataset: str, split: str = "dev", path: str | None = None):
         m = _SLICE.match(split)
         if not m:
-            raise ValueError(f"split '{split}' is not of the form NAME or NAME[a:b]")
+            raise ValueError(f"split '{split}' is not of the form NAME, NAME[a:b] or NAME[a:b:step]")
         file = Path(path) if path else shared_data_dir() / DEFAULT_PATHS.get(dataset, "")
         if not file.is_file():
             raise FileNotFoundError(f"{dataset}: data file {file} not found (give EnvConfig.data_path)")
@@ -32,7 +33,10 @@ class QATask:
         b = int(m.group(3)) if m.group(3) else len(examples)
         self.dataset = dataset
         self.all_examples: list[QAExample] = list(examples)
-        self.questions: list[QAExample] = self.all_examples[a:b]
+        step = int(m.group(4)) if m.group(4) else 1
+        if step < 1:
+            raise ValueError(f"split '{split}': step must be >= 1")
+        self.questions: list[QAExample] = self.all_examples[a:b:step]
         if not self.questions:
             raise ValueError(f"{dataset}: split '{split}' selects no questions (file has {len(examples)})")
 

@@ -159,6 +159,7 @@ class RetrievalTimingEnv(gym.Env):
         self._prefix: tuple = ()
         self._before = self._after = None
         self._n_accepted = 0
+        self._accepted_steps: list[str] = []
         self._retrievals = 0
         self._retrievals_this_step = 0
         self._tokens = 0
@@ -240,6 +241,7 @@ class RetrievalTimingEnv(gym.Env):
         """Accept the current step; generate the next one unless the episode ends."""
         cur = self._record
         self._n_accepted += 1
+        self._accepted_steps.append(cur.text)
         self._retrievals_this_step = 0
         self._since_retrieval += 1
         if cur.is_answer or cur.final:
@@ -292,7 +294,8 @@ class RetrievalTimingEnv(gym.Env):
         elif kind == "retrieve":
             before = self._state("before")
             chain_before = self._record.chain_before
-            query = c.querygen(self._record.text, question, mode)
+            query = c.querygen(self._record.text, {"question": question,
+                                                   "context": {"prior_steps": list(self._accepted_steps)}}, mode)
             from agents.retrievers.base import SelectionConfig, select_passages
 
             ranked = c.retriever.search([query], k=self.config.top_k)[0]

@@ -19,6 +19,8 @@ BENCHES: dict[str, str] = {
     "env": "eval.env_bench:register",
     "detection": "eval.detection_bench:register",
     "policies": "eval.bench_policies:register",
+    "querygen": "eval.querygen_bench:register",
+    "segmenter": "eval.segmenter_bench:register",
 }
 
 

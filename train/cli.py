@@ -4,6 +4,7 @@ Examples:
     python -m train --config configs/train_microworld.yaml
     python -m train --config configs/train_microworld.yaml --resume      # continue after a crash / kill
     python -m train --config configs/train_microworld.yaml --sweep       # Tune grid: sweep.seeds × sweep.lambda_end
+    kairos train querygen --config configs/querygen_microworld.yaml      # the generative QueryGen (TRL)
     ray job submit --working-dir . -- python -m train --config configs/train_microworld.yaml
 """
 
@@ -18,6 +19,9 @@ import sys
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from train.config import TrainConfig
 
+    p.add_argument("what", nargs="?", choices=("policy", "querygen"), default="policy",
+                   help="policy: the retrieval-timing policy (RLlib, default); querygen: the generative "
+                        "QueryGen (TRL SFT + RLOO/GRPO; --config is a QueryGenTrainConfig, other options unused)")
     p.add_argument("--config", help="YAML file with TrainConfig fields (unknown keys are an error)")
     p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in out_dir")
     p.add_argument("--stop-after", type=int, default=None, help="stop after N iterations of this invocation")
@@ -27,8 +31,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     TrainConfig.add_cli_args(p)
 
 
+def run_querygen(args: argparse.Namespace) -> int:
+    """``kairos train querygen``: data → SFT → RL (resumes: finished stages are skipped)."""
+    from policies.querygen.config import QueryGenTrainConfig
+    from policies.querygen.train import train_querygen
+
+    if not args.config:
+        raise ValueError("train querygen needs --config (e.g. configs/querygen_microworld.yaml)")
+    cfg = QueryGenTrainConfig.from_yaml(args.config)
+    summary = train_querygen(cfg, progress=not args.no_progress)
+    logging.getLogger("kairos.train").info("querygen done: %s", json.dumps(
+        {k: {kk: vv for kk, vv in v.items() if kk != "log_history"} if isinstance(v, dict) else v
+         for k, v in summary.items()}, default=str))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from train.config import TrainConfig
+
+    if getattr(args, "what", "policy") == "querygen":
+        return run_querygen(args)
     from train.run import train
 
     cfg = TrainConfig.from_yaml(args.config) if args.config else TrainConfig()
