@@ -6,8 +6,15 @@ import random
 
 import pytest
 
-from agents.boundary import (BoundarySegmenter, SegmenterConfig, boundary_scores, chain_example,
-                             sentence_start_baseline, tokenize, train_segmenter)
+from agents.boundary import (
+    BoundarySegmenter,
+    SegmenterConfig,
+    boundary_scores,
+    chain_example,
+    sentence_start_baseline,
+    tokenize,
+    train_segmenter,
+)
 
 
 def test_chain_example_strips_markers_and_labels_step_starts():
