@@ -21,6 +21,7 @@ BENCHES: dict[str, str] = {
     "policies": "eval.bench_policies:register",
     "querygen": "eval.querygen_bench:register",
     "segmenter": "eval.segmenter_bench:register",
+    "rsus": "eval.rsus_bench:register",
 }
 
 

@@ -81,3 +81,16 @@ def test_segmenter_learns_and_reloads(tmp_path):
         BoundarySegmenter.load(tmp_path)
     with pytest.raises(ValueError, match="no training chains"):
         train_segmenter([])
+
+
+def test_rsus_bench_runs_on_the_microworld(tmp_path):
+    from eval.rsus_bench import run_bench
+
+    res = run_bench(tmp_path / "rsus.json", n_micro=4, n_hotpot=0, batch=4)
+    row = res["rows"][0]
+    assert row["steps"] > 0 and row["generation_cpu_s"] > 0
+    v = row["variants"]
+    assert v["ent+cons@all"]["steps_with_cons"] == row["steps"]
+    assert v["ent+cons@markers"]["steps_with_cons"] == row["steps_with_marker"]
+    assert v["ent"]["steps_with_cons"] == 0
+    assert (tmp_path / "rsus.json").is_file()
