@@ -234,3 +234,32 @@ def test_qatask_strided_split():
     with pytest.raises(ValueError, match="NAME"):
         QATask("hotpotqa", "dev[0:10:x]")
     assert np.all([q.id for q in QATask("hotpotqa", "dev[0:10]").questions[::2]] == [q.id for q in even.questions])
+
+
+def test_generator_runs_in_bench_policies_by_name(tiny_run, tmp_path):
+    """``kairos bench policies`` takes the generator through a method's env override (query_modes)."""
+    from pathlib import Path
+
+    from envs.microworld.artifact import _parse_qid
+    from eval.bench_policies import BenchConfig, run_bench
+
+    ckpt = Path(tiny_run[0].out_dir) / "rl"
+    cfg = BenchConfig.from_dict({
+        "name": "qg", "out_dir": str(tmp_path / "bench"), "dev": "0:2", "test": "2:5", "n_resamples": 50,
+        "reference": "IRCoT",
+        "env": {"split": "dev", "signals": ["output"], "cache_path": str(tmp_path / "cache.sqlite")},
+        "methods": [{"name": "IRCoT", "kind": "always"},
+                    {"name": "IRCoT gen", "kind": "always", "env": {"query_modes": [f"gen:{ckpt}"]}}]})
+    s = run_bench(cfg)
+    assert s["methods"]["IRCoT gen"]["calls"] > 0
+    files = list((tmp_path / "bench" / "per_question" / "test").glob("IRCoT_gen*.jsonl"))
+    assert files, list((tmp_path / "bench" / "per_question" / "test").iterdir())
+    rows = [json.loads(x) for x in files[0].read_text().splitlines()]
+    gen = GenerativeQueryGenerator.load(ckpt)
+    checked = 0
+    for r in rows:
+        d0 = r["decisions"][0]  # step 1: no prior steps
+        question = _parse_qid(r["question_id"]).text
+        assert d0["query"] == (gen(d0["step"], question, {"prior_steps": []}) or d0["step"].split(":", 1)[-1].strip())
+        checked += 1
+    assert checked == 3
