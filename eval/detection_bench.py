@@ -20,8 +20,13 @@ errors vs the correct steps), a calibration check (is a MISLEARNED step confiden
 (magnitude / angle / both; layer intervals early / middle / late / whole / design default / "chosen" = best
 validation AUROC), and AUROC on non-hedging steps.
 
-Parts (b) shifted micro-world and (c) SmolLM2 on HotpotQA are not implemented yet: asking for them
-(``--split shifted`` / ``--split hotpotqa``) is an error.
+* **(b) shifted** — probes and thresholds exactly as in (a) (fitted on the default world's train
+  questions, never refitted), evaluated on the test-question steps of a *shifted* micro-world: another KB
+  seed and relation mix with its own LM of the same architecture (``shifted_artifact``; built by
+  ``kairos microworld build --config configs/microworld_shifted.yaml``). It asks whether the trajectory
+  features transfer to another model's hidden states and another error mix.
+
+Part (c) SmolLM2 on HotpotQA is not implemented yet: asking for it (``--split hotpotqa``) is an error.
 
 Example (shell)::
 
@@ -54,10 +59,11 @@ log = logging.getLogger(__name__)
 SPLITS = {
     "question": "probes trained on steps of the artifact's train questions, tested on steps of its test questions",
     "entity": "test steps are about subjects (held out, seeded) that no training step is about",
+    "shifted": "probes fitted as in (a), tested on a shifted micro-world (other KB seed, relation mix and LM)",
 }
 #: asked-for but not implemented yet -> description
-UNIMPLEMENTED = {"shifted": "part (b), the shifted micro-world", "hotpotqa": "part (c), SmolLM2 on HotpotQA"}
-SPLIT_LABELS = {"question": "(a) question", "entity": "(a') entity-disjoint"}
+UNIMPLEMENTED = {"hotpotqa": "part (c), SmolLM2 on HotpotQA"}
+SPLIT_LABELS = {"question": "(a) question", "entity": "(a') entity-disjoint", "shifted": "(b) shifted world"}
 
 #: detector -> (label, learned?, higher score = more likely an error)
 DETECTORS: dict[str, tuple[str, bool, bool]] = {
@@ -84,8 +90,9 @@ class DetectionBenchConfig(ConfigBase):
 
     artifact: str = helpf("", "micro-world artifact directory (default: the shipped one)")
     out: str = helpf("runs/bench/detection", "output directory (Markdown, JSON, ROC PNG)")
-    splits: list[str] = helpf(["question", "entity"], "splits: question, entity "
-                              "(shifted, hotpotqa: not implemented yet)")
+    splits: list[str] = helpf(["question", "entity"], "splits: question, entity, shifted "
+                              "(hotpotqa: not implemented yet)")
+    shifted_artifact: str = helpf("envs/microworld/artifacts/shifted", "the shifted world of split 'shifted'")
     n_train_questions: int = helpf(1500, "hop-balanced questions of the artifact's train split (probe training)")
     n_test_questions: int = helpf(600, "hop-balanced questions of the artifact's test split (evaluation)")
     train_split: str = helpf("train", "artifact question split the probes and thresholds are fitted on")
@@ -198,13 +205,15 @@ def make_split(name: str, train_ds, test_ds, cfg: DetectionBenchConfig) -> Split
     """The train / test parts of split ``name`` (see the module docstring)."""
     from policies.probes.splits import entity_disjoint_split, group_split
 
-    if name == "question":
+    if name in ("question", "shifted"):
         train, test = train_ds, test_ds
         overlap = set(train.question_ids.tolist()) & set(test.question_ids.tolist())
-        if overlap:
+        if overlap and name == "question":
             raise ValueError(f"question split: {len(overlap)} questions are in both the train and the test part")
         fit_idx, val_idx = group_split(train.question_ids, cfg.val_frac, cfg.seed)
         extra: dict[str, Any] = {"val_split": "by question"}
+        if name == "shifted":
+            extra["test_world"] = test_ds.meta.get("artifact", cfg.shifted_artifact)
     elif name == "entity":
         _, te = entity_disjoint_split(test_ds.subjects, cfg.entity_test_frac, cfg.seed)
         held = set(test_ds.subjects[te].tolist())
@@ -233,13 +242,14 @@ def _not_implemented_message(split: str) -> str:
             f"implemented: {', '.join(SPLITS)}")
 
 
-def load_datasets(world, cfg: DetectionBenchConfig, progress) -> tuple[Any, Any]:
+def load_datasets(world, cfg: DetectionBenchConfig, progress, only_test: bool = False) -> tuple[Any, Any]:
     """Labelled steps of the train and test questions, from the step-dataset cache or generated (with a bar)."""
     from agents.reasoners.micro import MicroReasoner as _Micro
     from policies.probes.dataset import build_step_dataset
 
-    out = []
-    for split, n in ((cfg.train_split, cfg.n_train_questions), (cfg.test_split, cfg.n_test_questions)):
+    out: list[Any] = [None] if only_test else []
+    parts = ((cfg.train_split, cfg.n_train_questions), (cfg.test_split, cfg.n_test_questions))
+    for split, n in parts[1:] if only_test else parts:
         total = min(n, len(world.questions[split])) if n else len(world.questions[split])
         task = progress.add_task(f"steps of '{split}' questions", total=total)
 
@@ -254,6 +264,26 @@ def load_datasets(world, cfg: DetectionBenchConfig, progress) -> tuple[Any, Any]
         progress.update(task, completed=total)
         out.append(ds)
     return out[0], out[1]
+
+
+def shifted_test_steps(cfg: DetectionBenchConfig, world, progress) -> tuple[Any, dict[str, Any]]:
+    """Test-question steps of the shifted world (its own LM), and a description of it."""
+    from envs.microworld.artifact import load_artifact
+
+    path = Path(cfg.shifted_artifact)
+    if not (path / "manifest.json").is_file():
+        raise FileNotFoundError(f"split 'shifted': no micro-world artifact at {path} (build it with `kairos "
+                                f"microworld build --config configs/microworld_shifted.yaml --out {path}`)")
+    shifted = load_artifact(path, threads=cfg.threads)
+    if (shifted.model.config.num_hidden_layers, shifted.model.config.hidden_size) != (
+            world.model.config.num_hidden_layers, world.model.config.hidden_size):
+        raise ValueError(f"split 'shifted': {path} has another LM shape than {world.path}; PUlSE features would "
+                         "not line up")
+    sub = cfg.replace(train_split=cfg.test_split, n_train_questions=0)
+    _, test = load_datasets(shifted, sub, progress, only_test=True)
+    info = {"artifact": str(path), "seed": shifted.kb.config.seed, "relations": list(shifted.kb.config.relations),
+            "steps": len(test), "error_rate": float(test.labels.mean()), "kinds": _kind_counts(test)}
+    return test, info
 
 
 # ------------------------------------------------------------------------------------------------ detectors
@@ -545,7 +575,10 @@ def run_bench(cfg: DetectionBenchConfig) -> dict[str, Any]:
         result["splits"] = {}
         for name in cfg.splits:
             t0 = time.perf_counter()
-            result["splits"][name] = evaluate_split(make_split(name, train_ds, test_ds, cfg), cfg, model_id, progress)
+            test_part = test_ds
+            if name == "shifted":
+                test_part, result["data"]["shifted"] = shifted_test_steps(cfg, world, progress)
+            result["splits"][name] = evaluate_split(make_split(name, train_ds, test_part, cfg), cfg, model_id, progress)
             timings[f"split_{name}"] = round(time.perf_counter() - t0, 1)
     # calibration on every test-question step; MinProb's flag threshold from the train questions
     from policies.probes.metrics import youden_threshold

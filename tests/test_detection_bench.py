@@ -105,7 +105,7 @@ def test_bootstrap_resamples_whole_questions():
     assert all(np.array_equal(x, y) for x, y in zip(a, b))
 
 
-@pytest.mark.parametrize("split", ["shifted", "hotpotqa", "question,hotpotqa"])
+@pytest.mark.parametrize("split", ["hotpotqa", "question,hotpotqa"])
 def test_cli_unimplemented_splits_are_a_clear_error(split, tmp_path, capsys):
     from eval.cli import main
 
@@ -125,4 +125,17 @@ def test_unknown_split_api_refusal_and_help(tmp_path, capsys):
     assert main(["bench", "detection", "--split", "entiti", "--out", str(tmp_path / "o")]) == 2
     assert "unknown split 'entiti'" in capsys.readouterr().err
     with pytest.raises(NotImplementedError, match="not implemented yet"):
-        run_bench(DetectionBenchConfig(splits=["shifted"], out=str(tmp_path / "o")))
+        run_bench(DetectionBenchConfig(splits=["hotpotqa"], out=str(tmp_path / "o")))
+
+
+def test_shifted_split_needs_its_artifact_and_the_same_lm_shape(tmp_path, tiny_world):
+    from eval.detection_bench import shifted_test_steps
+    from envs.microworld.artifact import load_artifact
+
+    world = load_artifact()
+    cfg = DetectionBenchConfig(splits=["shifted"], shifted_artifact=str(tmp_path / "nowhere"), progress=False)
+    with pytest.raises(FileNotFoundError, match="microworld_shifted.yaml"):
+        shifted_test_steps(cfg, world, None)
+    cfg = cfg.replace(shifted_artifact=str(tiny_world.path))
+    with pytest.raises(ValueError, match="another LM shape"):
+        shifted_test_steps(cfg, world, None)
