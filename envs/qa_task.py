@@ -13,6 +13,12 @@ DEFAULT_PATHS = {"hotpotqa": "hotpotqa/dev_500.jsonl", "medmcqa": "medmcqa/dev.j
 _SLICE = re.compile(r"^(\w+)(?:\[(\d*):(\d*)(?::(\d+))?\])?$")
 
 
+def mentions_title(title: str, text: str) -> bool:
+    """Whether ``text`` names a paragraph title (case-insensitive; a trailing ``(disambiguation)`` ignored)."""
+    t = re.sub(r"\s*\(.*?\)\s*", " ", title).strip().lower()
+    return bool(t) and t in text.lower()
+
+
 class QATask:
     """Questions of a dataset split like ``dev``, ``dev[0:100]`` (a contiguous slice of the file) or
     ``dev[0:500:2]`` (every second question: interleaved splits when the file is ordered by type).
@@ -49,6 +55,20 @@ class QATask:
             opts = "\n".join(f"{chr(65 + i)}. {c}" for i, c in enumerate(q.choices))
             return f"{q.question}\n{opts}\nAnswer with the letter of the correct option."
         return q.question
+
+    def question_attr(self, q: QAExample, name: str):
+        """Grouping attributes for benchmark breakdowns. ``question_form`` (HotpotQA-style data with
+        supporting paragraphs): ``both titles named`` when the question names every supporting paragraph's
+        title (comparison-like), ``one title named`` / ``no title named`` otherwise (bridge-like) — derived
+        from the text, because the IRCoT-format file carries no question type. Others: ``metadata[name]``."""
+        if name == "question_form":
+            paras = {p["id"]: p for p in q.metadata.get("paragraphs", [])}
+            gold = [g for g in (q.gold_passage_ids or []) if g in paras]
+            if not gold:
+                return None
+            named = sum(mentions_title(paras[g]["title"], q.question) for g in gold)
+            return "both titles named" if named == len(gold) else ("one title named" if named else "no title named")
+        return q.metadata.get(name)
 
     def gold_passages(self, q) -> list[str]:
         """Ids of the supporting passages (empty when the dataset has no passage-level supervision)."""

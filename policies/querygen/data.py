@@ -162,8 +162,9 @@ def microworld_steps(world, split: str, max_questions: int | None = None, batch:
 # ---------------------------------------------------------------------------------------------- HotpotQA
 
 def _mentions(title: str, text: str) -> bool:
-    t = re.sub(r"\s*\(.*?\)\s*", " ", title).strip().lower()
-    return bool(t) and t in text.lower()
+    from envs.qa_task import mentions_title
+
+    return mentions_title(title, text)
 
 
 def hotpotqa_target(question: str, prior_steps: Sequence[str], step: str, missing_titles: Sequence[str]) -> str:

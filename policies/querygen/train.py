@@ -184,7 +184,7 @@ def train_querygen(cfg: QueryGenTrainConfig, progress: bool = True) -> dict[str,
     sft_dir, rl_dir = out / "sft", out / "rl"
 
     # ---- SFT warm start
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     if (sft_dir / META_FILE).is_file():
         gen = GenerativeQueryGenerator.load(sft_dir, threads=cfg.threads)
         summary["sft"] = {"skipped": "found " + str(sft_dir)}
@@ -196,10 +196,11 @@ def train_querygen(cfg: QueryGenTrainConfig, progress: bool = True) -> dict[str,
         gen = GenerativeQueryGenerator(model, tok, style, {"base": base, "world": cfg.world})
         gen.save(sft_dir, stage="sft", history=[{"stage": "sft", **summary["sft"]}])
     summary["sft"]["seconds"] = round(time.perf_counter() - t0, 1)
+    summary["sft"]["cpu_seconds"] = round(time.process_time() - c0, 1)  # of this process: wall time counts neighbours
 
     # ---- RL
     if cfg.rl.steps > 0:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         if (rl_dir / META_FILE).is_file():
             summary["rl"] = {"skipped": "found " + str(rl_dir)}
         else:
@@ -212,5 +213,6 @@ def train_querygen(cfg: QueryGenTrainConfig, progress: bool = True) -> dict[str,
                                                                       if k != "log_history"}}]
             GenerativeQueryGenerator(model, gen.tokenizer, gen.style, gen.meta).save(rl_dir, stage="rl", history=hist)
         summary["rl"]["seconds"] = round(time.perf_counter() - t0, 1)
+        summary["rl"]["cpu_seconds"] = round(time.process_time() - c0, 1)
     write_json(out / "summary.json", summary)
     return summary
