@@ -209,8 +209,10 @@ def run_bench(cfg, out: Path, mode_head: str | None = None, mode_head_config: st
     result["n_questions"] = len(qids or [])
     comps = []
     for gname in [n for n, m in methods.items() if m["kind"] in ("generative", "learned head")]:
-        for ref in [n for n, m in methods.items() if m["kind"] == "fixed"] + (
-                ["mode head"] if "mode head" in methods and gname != "mode head" else []):
+        refs = [n for n, m in methods.items() if m["kind"] == "fixed"]
+        refs += ["mode head"] if "mode head" in methods and gname != "mode head" else []
+        refs += ["generator (SFT)"] if gname == "generator (RL)" and "generator (SFT)" in methods else []
+        for ref in refs:
             for k in metrics:
                 pb = paired_bootstrap(methods[gname][f"{k}_q"], methods[ref][f"{k}_q"], n_resamples=n_boot, seed=0)
                 comps.append({"method": gname, "vs": ref, "metric": k, **pb})
