@@ -129,8 +129,8 @@ def test_unknown_split_api_refusal_and_help(tmp_path, capsys):
 
 
 def test_shifted_split_needs_its_artifact_and_the_same_lm_shape(tmp_path, tiny_world):
-    from eval.detection_bench import shifted_test_steps
     from envs.microworld.artifact import load_artifact
+    from eval.detection_bench import shifted_test_steps
 
     world = load_artifact()
     cfg = DetectionBenchConfig(splits=["shifted"], shifted_artifact=str(tmp_path / "nowhere"), progress=False)

@@ -263,3 +263,19 @@ def test_generator_runs_in_bench_policies_by_name(tiny_run, tmp_path):
         assert d0["query"] == (gen(d0["step"], question, {"prior_steps": []}) or d0["step"].split(":", 1)[-1].strip())
         checked += 1
     assert checked == 3
+
+
+def test_grpo_trainer_option_runs(tiny_run, tmp_path):
+    """``rl.trainer: grpo`` (TRL GRPOTrainer) trains from the same SFT checkpoint (the SFT stage is skipped)."""
+    from pathlib import Path
+
+    from policies.querygen.train import train_querygen
+
+    cfg, _ = tiny_run
+    src = Path(cfg.out_dir)
+    for d in ("data", "sft"):
+        shutil.copytree(src / d, tmp_path / d)
+    grpo = cfg.replace(out_dir=str(tmp_path), rl=cfg.rl.replace(trainer="grpo", steps=1))
+    s = train_querygen(grpo, progress=False)
+    assert "skipped" in s["sft"] and s["rl"]["trainer"] == "grpo" and s["rl"]["optimizer_steps"] == 1
+    assert json.loads((tmp_path / "rl" / "querygen.json").read_text())["history"][-1]["trainer"] == "grpo"
