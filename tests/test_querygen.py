@@ -279,3 +279,18 @@ def test_grpo_trainer_option_runs(tiny_run, tmp_path):
     s = train_querygen(grpo, progress=False)
     assert "skipped" in s["sft"] and s["rl"]["trainer"] == "grpo" and s["rl"]["optimizer_steps"] == 1
     assert json.loads((tmp_path / "rl" / "querygen.json").read_text())["history"][-1]["trainer"] == "grpo"
+
+
+def test_hotpotqa_question_form_attribute():
+    """The shared dev file is ordered by type: questions 250–499 all name both supporting titles."""
+    from collections import Counter
+
+    from envs.qa_task import QATask, mentions_title
+
+    t = QATask("hotpotqa", "dev")
+    late = Counter(t.question_attr(q, "question_form") for q in t.questions[250:])
+    early = Counter(t.question_attr(q, "question_form") for q in t.questions[:250])
+    assert late == {"both titles named": 250}
+    assert early["one title named"] > 100 and early["no title named"] > 50
+    assert mentions_title("Shonen Jump (magazine)", "Which magazine, Shonen Jump or Rolling Stone?")
+    assert not mentions_title("Adriana Trigiani", "Who directed Big Stone Gap?")
