@@ -9,7 +9,8 @@ from envs.env_config import EnvConfig
 from envs.microworld.config import BuildConfig
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-KINDS = {"microworld_build.yaml": BuildConfig, "microworld_tiny.yaml": BuildConfig, "env_microworld.yaml": EnvConfig}
+KINDS = {"microworld_build.yaml": BuildConfig, "microworld_tiny.yaml": BuildConfig,
+         "microworld_shifted.yaml": BuildConfig, "env_microworld.yaml": EnvConfig}
 
 
 @pytest.mark.parametrize("name", sorted(KINDS))
@@ -19,17 +20,20 @@ def test_shipped_presets_load(name):
 
 
 def test_every_config_file_is_covered():
-    covered = set(KINDS) | {p.name for p in CONFIGS.glob("train_*.yaml")} | {p.name for p in CONFIGS.glob("bench_*.yaml")}
+    covered = set(KINDS) | {p.name for pat in ("train_*.yaml", "bench_*.yaml", "querygen_*.yaml")
+                            for p in CONFIGS.glob(pat)}
     assert {p.name for p in CONFIGS.glob("*.yaml")} <= covered
 
 
-@pytest.mark.parametrize("path", sorted(CONFIGS.glob("train_*.yaml")) + sorted(CONFIGS.glob("bench_*.yaml")),
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("train_*.yaml")) + sorted(CONFIGS.glob("bench_*.yaml"))
+                         + sorted(CONFIGS.glob("querygen_*.yaml")),
                          ids=lambda p: p.name)
 def test_train_and_bench_presets_load(path):
     from eval.bench_policies import BenchConfig
+    from policies.querygen.config import QueryGenTrainConfig
     from train.config import TrainConfig
 
-    cls = TrainConfig if path.name.startswith("train_") else BenchConfig
+    cls = {"train": TrainConfig, "bench": BenchConfig, "querygen": QueryGenTrainConfig}[path.name.split("_")[0]]
     cfg = cls.from_yaml(path)
     assert cls.from_dict(cfg.to_dict()) == cfg
 
