@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -94,3 +95,26 @@ def test_rsus_bench_runs_on_the_microworld(tmp_path):
     assert v["ent+cons@markers"]["steps_with_cons"] == row["steps_with_marker"]
     assert v["ent"]["steps_with_cons"] == 0
     assert (tmp_path / "rsus.json").is_file()
+
+
+def test_retrieval_benefit_labels_resume_and_match_the_env(tmp_path):
+    from envs.registration import make_env
+    from eval.benefit_labels import _episode, run
+
+    cfg = {"split": "test", "max_questions": 3, "signals": ["output"], "rsus_components": ["ent"]}
+    out = tmp_path / "labels.jsonl"
+    s = run(cfg, out, max_questions=2, progress=False)
+    assert s["questions"] == 2 and s["new_questions"] == 2
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    env = make_env(None, cfg)
+    for r in rows:
+        assert r["steps"], r
+        q0, chain = _episode(env, r["question_index"], None)
+        assert q0 == r["quality_never"]
+        for st in r["steps"]:
+            qi, _ = _episode(env, r["question_index"], st["index"])
+            assert st["benefit"] == qi - q0 and -1.0 <= st["benefit"] <= 1.0
+    out.write_text(out.read_text() + '{"question_index": 2, "torn')  # a killed writer
+    s2 = run(cfg, out, max_questions=3, progress=False)
+    assert s2["new_questions"] == 1 and s2["questions"] == 3
+    assert [json.loads(x)["question_index"] for x in out.read_text().splitlines()] == [0, 1, 2]
