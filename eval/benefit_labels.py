@@ -117,6 +117,40 @@ def run(env_config: dict[str, Any], out: str | Path, max_questions: int | None =
     return summary
 
 
+#: training-free signals and the direction in which they flag a step (higher score = retrieve)
+SIGNAL_DIRECTION = {"minprob": -1, "maxprob": -1, "ppl": 1, "entropy": 1, "rsus": 1, "u_ent": 1}
+
+
+def summarize(path: str | Path, n_boot: int = 1000) -> dict[str, Any]:
+    """Label statistics and how well each training-free signal ranks the steps that retrieval helps
+    (AUROC of ``benefit > 0`` with a question-level bootstrap CI)."""
+    import numpy as np
+
+    from policies.probes.metrics import auroc, bootstrap_auroc_ci
+
+    rows = [json.loads(x) for x in Path(path).read_text(encoding="utf-8").splitlines() if x.strip()]
+    steps = [(r["question_index"], s) for r in rows for s in r["steps"]]
+    if not steps:
+        raise ValueError(f"{path}: no labelled steps")
+    y = np.array([s["benefit"] > 0 for _, s in steps], dtype=int)
+    groups = np.array([q for q, _ in steps])
+    out: dict[str, Any] = {"questions": len(rows), "steps": len(steps), "helped": int(y.sum()),
+                           "hurt": int(sum(s["benefit"] < 0 for _, s in steps)),
+                           "mean_quality_never": float(np.mean([r["quality_never"] for r in rows])),
+                           "mean_best_single_retrieval": float(np.mean(
+                               [max([r["quality_never"]] + [s["quality_retrieve"] for s in r["steps"]]) for r in rows])),
+                           "auroc": {}}
+    if 0 < y.sum() < len(y):
+        for name, sign in SIGNAL_DIRECTION.items():
+            vals = [s["signals"].get(name) for _, s in steps]
+            if any(v is None for v in vals):
+                continue
+            score = sign * np.asarray(vals, dtype=float)
+            lo, hi = bootstrap_auroc_ci(y, score, groups=groups, n_boot=n_boot)
+            out["auroc"][name] = {"auroc": auroc(y, score), "ci": [lo, hi]}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m eval.benefit_labels", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -127,9 +161,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-questions", type=int, default=None)
     p.add_argument("--max-minutes", type=float, default=None, help="stop starting new questions after this long")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--summarize", action="store_true", help="only summarise --out (labels, signal AUROCs)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
+    if args.summarize:
+        print(json.dumps(summarize(args.out), indent=1))
+        return 0
     import yaml
 
     data = yaml.safe_load(Path(args.config).read_text())

@@ -118,3 +118,18 @@ def test_retrieval_benefit_labels_resume_and_match_the_env(tmp_path):
     s2 = run(cfg, out, max_questions=3, progress=False)
     assert s2["new_questions"] == 1 and s2["questions"] == 3
     assert [json.loads(x)["question_index"] for x in out.read_text().splitlines()] == [0, 1, 2]
+
+
+def test_benefit_label_summary(tmp_path):
+    from eval.benefit_labels import summarize
+
+    rows = [{"question_index": q, "quality_never": 0.0,
+             "steps": [{"benefit": b, "quality_retrieve": b, "signals": {"minprob": m, "entropy": 1 - m}}
+                       for b, m in steps]}
+            for q, steps in enumerate([[(1.0, 0.1), (0.0, 0.9)], [(0.0, 0.8), (0.5, 0.2)], [(0.0, 0.7)]])]
+    path = tmp_path / "l.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    s = summarize(path, n_boot=50)
+    assert (s["questions"], s["steps"], s["helped"], s["hurt"]) == (3, 5, 2, 0)
+    assert s["auroc"]["minprob"]["auroc"] == 1.0 and s["auroc"]["entropy"]["auroc"] == 1.0  # low MinProb = helped
+    assert s["mean_best_single_retrieval"] == pytest.approx(0.5)
