@@ -78,6 +78,21 @@ def _bucket(tok: str, n: int) -> int:
     return int.from_bytes(hashlib.blake2b(tok.lower().encode(), digest_size=4).digest(), "little") % (n - 1) + 1
 
 
+def encode_tokens(toks: Sequence[str], n_buckets: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(bucket ids, shape ids)`` of tokens (bucket 0 is padding)."""
+    return (np.array([_bucket(t, n_buckets) for t in toks], dtype=np.int64),
+            np.array([_shape(t) for t in toks], dtype=np.int64))
+
+
+def windows(n: int, size: int, stride: int) -> list[tuple[int, int]]:
+    """``(start, end)`` of the windows of ``size`` tokens every ``stride`` covering ``n`` tokens (the last
+    one ends at ``n``)."""
+    starts = list(range(0, max(n - size, 0) + 1, stride))
+    if starts[-1] + size < n:
+        starts.append(n - size)
+    return [(a, min(a + size, n)) for a in starts]
+
+
 @dataclass
 class SegmenterConfig:
     """Size of the segmenter (saved with it)."""
@@ -127,17 +142,9 @@ class BoundarySegmenter:
     def __init__(self, net, cfg: SegmenterConfig, threshold: float = 0.5) -> None:
         self.net, self.cfg, self.threshold = net, cfg, threshold
 
-    def _encode(self, toks: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        return (np.array([_bucket(t, self.cfg.n_buckets) for t in toks], dtype=np.int64),
-                np.array([_shape(t) for t in toks], dtype=np.int64))
-
     def windows(self, n: int) -> list[tuple[int, int]]:
-        """``(start, end)`` of the 128-token windows (stride 64) covering ``n`` tokens."""
-        w, s = self.cfg.window, self.cfg.stride
-        starts = list(range(0, max(n - w, 0) + 1, s))
-        if starts[-1] + w < n:
-            starts.append(n - w)
-        return [(a, min(a + w, n)) for a in starts]
+        """``(start, end)`` of this segmenter's windows (128 tokens, stride 64 by default) covering ``n`` tokens."""
+        return windows(n, self.cfg.window, self.cfg.stride)
 
     def token_probs(self, toks: Sequence[str]) -> np.ndarray:
         """Boundary probability of every token (overlapping windows averaged)."""
@@ -145,7 +152,7 @@ class BoundarySegmenter:
 
         if not toks:
             return np.zeros(0, dtype=np.float32)
-        ids, shapes = self._encode(toks)
+        ids, shapes = encode_tokens(toks, self.cfg.n_buckets)
         acc = np.zeros(len(toks))
         cnt = np.zeros(len(toks))
         self.net.eval()
@@ -198,12 +205,11 @@ class BoundarySegmenter:
 
 def _batches(examples, cfg: SegmenterConfig, batch_size: int, rng: np.random.Generator):
     """Random windows of the training chains (each chain cut into 128-token windows, stride 64)."""
-    seg = BoundarySegmenter(None, cfg)
     items = []
     for toks, labels in examples:
-        ids, shapes = seg._encode(toks)
+        ids, shapes = encode_tokens(toks, cfg.n_buckets)
         y = np.array(labels, dtype=np.float32)
-        for a, b in seg.windows(len(toks)):
+        for a, b in windows(len(toks), cfg.window, cfg.stride):
             items.append((ids[a:b], shapes[a:b], y[a:b], a == 0))
     order = rng.permutation(len(items))
     for lo in range(0, len(order), batch_size):

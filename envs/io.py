@@ -75,3 +75,28 @@ def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
                 break
             h.update(b)
     return h.hexdigest()
+
+
+def read_done_rows(path: str | Path | None, key: str = "question_index") -> dict[int, dict[str, Any]]:
+    """Rows already in a resumable per-question JSONL, by ``row[key]``; a torn last line (a crash while writing)
+    is ignored (with a warning) so the caller redoes it, any other bad line is an error naming file and line.
+    Callers rewrite the file from the returned rows (:func:`write_text`) before appending."""
+    import logging
+
+    if path is None or not Path(path).is_file():
+        return {}
+    rows: dict[int, dict[str, Any]] = {}
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            if i == len(lines) - 1:
+                logging.getLogger(__name__).warning(
+                    "%s: ignoring a torn last line (crash while writing); it will be redone", path)
+                continue
+            raise ValueError(f"{path}:{i + 1}: not valid JSON (delete the file to start over)") from None
+        rows[int(row[key])] = row
+    return rows

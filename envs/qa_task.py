@@ -13,9 +13,14 @@ DEFAULT_PATHS = {"hotpotqa": "hotpotqa/dev_500.jsonl", "medmcqa": "medmcqa/dev.j
 _SLICE = re.compile(r"^(\w+)(?:\[(\d*):(\d*)(?::(\d+))?\])?$")
 
 
+def title_core(title: str) -> str:
+    """A paragraph title without its parenthesised disambiguation: ``Shonen Jump (magazine)`` -> ``Shonen Jump``."""
+    return re.sub(r"\s*\(.*?\)\s*", " ", title).strip()
+
+
 def mentions_title(title: str, text: str) -> bool:
-    """Whether ``text`` names a paragraph title (case-insensitive; a trailing ``(disambiguation)`` ignored)."""
-    t = re.sub(r"\s*\(.*?\)\s*", " ", title).strip().lower()
+    """Whether ``text`` names a paragraph title (case-insensitive; the disambiguation is ignored)."""
+    t = title_core(title).lower()
     return bool(t) and t in text.lower()
 
 

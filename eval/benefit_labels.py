@@ -64,32 +64,21 @@ def label_question(env, qi: int) -> dict[str, Any]:
             "steps": out, "seconds": round(time.perf_counter() - t0, 2)}
 
 
-def _done(path: Path) -> set[int]:
-    if not path.is_file():
-        return set()
-    good, done = [], set()
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            break  # a torn last line (killed while writing): dropped and rewritten below
-        good.append(line)
-        done.add(int(row["question_index"]))
-    path.write_text("".join(x + "\n" for x in good), encoding="utf-8")
-    return done
-
-
 def run(env_config: dict[str, Any], out: str | Path, max_questions: int | None = None,
         max_minutes: float | None = None, progress: bool = True) -> dict[str, Any]:
     """Label questions of ``env_config``'s split until done, ``max_questions`` or ``max_minutes``."""
     from tqdm.auto import tqdm
 
+    from envs.io import read_done_rows, write_text
     from envs.registration import make_env
 
     env = make_env(None, env_config)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    done = _done(out)
+    rows_done = read_done_rows(out)
+    done = set(rows_done)
+    if rows_done:  # rewrite without a torn tail, atomically, before appending
+        write_text(out, "".join(json.dumps(rows_done[q]) + "\n" for q in sorted(rows_done)))
     n = len(env.unwrapped.c.questions) if max_questions is None else min(max_questions,
                                                                         len(env.unwrapped.c.questions))
     t0 = time.perf_counter()

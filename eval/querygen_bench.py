@@ -57,10 +57,12 @@ def mode_head_queries(policy: str, run_config: str | None, steps, eval_split: st
     """Queries of a trained QueryGen head: the env is driven along each chain (never retrieve) to the
     flagged step; the head picks a formulation from that observation. Steps the env does not reproduce
     exactly (text differs) get ``None`` and are counted."""
+    from agents.query import QueryGenerator
     from envs.registration import make_env
     from policies.rl.export import LearnedTrigger
 
     trig = LearnedTrigger.load(policy, querygen=True)
+    head_modes = QueryGenerator(list(HEAD_MODES))
     cfg_path = Path(run_config) if run_config else Path(policy).parent / "config.json"
     if not cfg_path.is_file():
         raise FileNotFoundError(f"mode head: the policy's training config {cfg_path} is missing (its env "
@@ -87,9 +89,9 @@ def mode_head_queries(policy: str, run_config: str | None, steps, eval_split: st
             out.append(None)
             continue
         _, probs = trig.probs(obs)
-        mode = HEAD_MODES[int(np.argmax(probs[: len(HEAD_MODES)]))]
-        picks[mode] += 1
-        out.append(fixed_queries([s], mode)[0])
+        mode = int(np.argmax(probs[: len(HEAD_MODES)]))
+        picks[HEAD_MODES[mode]] += 1
+        out.append(head_modes(s.step, {"question": s.question, "context": {"prior_steps": s.prior_steps}}, mode))
     return out, {"picks": dict(picks), "env_mismatch": mismatched}
 
 

@@ -38,26 +38,6 @@ def _as_trigger(policy: Any):
     raise TypeError(f"evaluate_policy: need a Trigger, a PolicyNet or an exported policy dir, got {type(policy)}")
 
 
-def _done_rows(path: Path | None) -> dict[int, dict[str, Any]]:
-    """Rows already in a per-question JSONL (a torn last line from a crash is ignored and rewritten)."""
-    if path is None or not path.is_file():
-        return {}
-    rows: dict[int, dict[str, Any]] = {}
-    lines = path.read_text().splitlines()
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            if i == len(lines) - 1:
-                log.warning("%s: ignoring a torn last line (crash while writing); it will be redone", path)
-                continue
-            raise ValueError(f"{path}:{i + 1}: not valid JSON (delete the file to start over)") from None
-        rows[int(row["question_index"])] = row
-    return rows
-
-
 def evaluate_policy(policy_or_trigger: Any, env_config: dict | Any, question_indices: list[int],
                     batch_size: int = 16, components=None, return_episodes: bool = False,
                     jsonl_path: str | Path | None = None, progress: str | None = None) -> dict[str, Any]:
@@ -93,7 +73,9 @@ def evaluate_policy(policy_or_trigger: Any, env_config: dict | Any, question_ind
     if question_indices and cfg.get("max_questions") is not None:
         cfg["max_questions"] = max(int(cfg["max_questions"]), max(question_indices) + 1)
     jsonl = Path(jsonl_path) if jsonl_path is not None else None
-    done = _done_rows(jsonl)
+    from envs.io import read_done_rows
+
+    done = read_done_rows(jsonl)
     wanted = [int(q) for q in question_indices]
     todo = [q for q in wanted if q not in done]
     rows: list[dict[str, Any]] = [done[q] for q in wanted if q in done]

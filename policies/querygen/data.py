@@ -161,12 +161,6 @@ def microworld_steps(world, split: str, max_questions: int | None = None, batch:
 
 # ---------------------------------------------------------------------------------------------- HotpotQA
 
-def _mentions(title: str, text: str) -> bool:
-    from envs.qa_task import mentions_title
-
-    return mentions_title(title, text)
-
-
 def hotpotqa_target(question: str, prior_steps: Sequence[str], step: str, missing_titles: Sequence[str]) -> str:
     """The constructed query of a HotpotQA step: the first missing paragraph's title that the question,
     earlier steps or the step name; else the question's content words.
@@ -179,11 +173,12 @@ def hotpotqa_target(question: str, prior_steps: Sequence[str], step: str, missin
         'directed film Big Stone Gap'
     """
     from agents.query import content_words
+    from envs.qa_task import mentions_title, title_core
 
     visible = " ".join([question, *prior_steps, step])
     for title in missing_titles:
-        if _mentions(title, visible):
-            return re.sub(r"\s*\(.*?\)\s*", " ", title).strip()
+        if mentions_title(title, visible):
+            return title_core(title)
     return " ".join(content_words(question)) or question
 
 
@@ -198,6 +193,8 @@ def hotpotqa_steps(examples: Sequence[Any], reasoner, max_steps: int = 2, batch:
         batch: Questions per batched generation call.
         progress: Show a progress bar.
     """
+    from envs.qa_task import mentions_title
+
     out: list[FlaggedStep] = []
     bar = _bar(len(examples), "HotpotQA chains", progress)
     for lo in range(0, len(examples), batch):
@@ -213,7 +210,7 @@ def hotpotqa_steps(examples: Sequence[Any], reasoner, max_steps: int = 2, batch:
                 if step.is_answer:
                     break
                 seen = " ".join([ex.question, *prior])
-                missing = [g for g in gold if not _mentions(paras[g]["title"], seen)] or gold
+                missing = [g for g in gold if not mentions_title(paras[g]["title"], seen)] or gold
                 out.append(FlaggedStep(
                     qid=ex.id, question=ex.question, prior_steps=list(prior), step=step.text,
                     gold_ids=missing, flagged=True,

@@ -33,7 +33,12 @@ log = logging.getLogger(__name__)
 
 
 def world_retriever(world: str, artifact: str | None = None, index_path: str | None = None):
-    """The retriever the env uses for ``world``: BM25 in memory over its corpus, or a prebuilt index."""
+    """The retriever the env uses for ``world``: BM25 in memory over its corpus, or a prebuilt index (BM25 or
+    ColBERT, checked against the corpus) — built by the env's own code path."""
+    from agents.retrievers.bm25 import BM25Retriever
+    from envs.components import _qa_retriever
+    from envs.env_config import EnvConfig
+
     if world == "microworld":
         from envs.microworld.artifact import load_artifact
 
@@ -42,13 +47,12 @@ def world_retriever(world: str, artifact: str | None = None, index_path: str | N
         from envs.qa_task import QATask
 
         corpus = QATask(world, "dev").corpus()
+    kind = "bm25"
     if index_path:
-        from agents.retrievers.index import load_index
+        from agents.retrievers.index import read_manifest
 
-        return load_index(index_path, corpus)
-    from agents.retrievers.bm25 import BM25Retriever
-
-    return BM25Retriever.build(corpus)
+        kind = read_manifest(index_path)["kind"]
+    return _qa_retriever(EnvConfig(retriever=kind, index_path=index_path), corpus, BM25Retriever)
 
 
 def load_data(cfg: QueryGenTrainConfig, progress: bool = True) -> tuple[list[FlaggedStep], list[FlaggedStep]]:
