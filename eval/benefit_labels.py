@@ -79,8 +79,8 @@ def run(env_config: dict[str, Any], out: str | Path, max_questions: int | None =
     done = set(rows_done)
     if rows_done:  # rewrite without a torn tail, atomically, before appending
         write_text(out, "".join(json.dumps(rows_done[q]) + "\n" for q in sorted(rows_done)))
-    n = len(env.unwrapped.c.questions) if max_questions is None else min(max_questions,
-                                                                        len(env.unwrapped.c.questions))
+    n = len(env.unwrapped.c.questions[: env.unwrapped.config.max_questions or None])  # the env's questions
+    n = n if max_questions is None else min(max_questions, n)
     t0 = time.perf_counter()
     new = 0
     with open(out, "a", encoding="utf-8") as fh, tqdm(total=n, initial=len(done & set(range(n))),
@@ -140,6 +140,19 @@ def summarize(path: str | Path, n_boot: int = 1000) -> dict[str, Any]:
     return out
 
 
+def env_config_from_file(path: str | Path, split: str | None = None) -> dict[str, Any]:
+    """The env settings of a bench or env YAML (its ``env`` section, or the whole file), with ``split`` set."""
+    import yaml
+
+    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a YAML mapping")
+    env_cfg = dict(data.get("env", data))
+    if split:
+        env_cfg["split"] = split
+    return env_cfg
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m eval.benefit_labels", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -157,12 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.summarize:
         print(json.dumps(summarize(args.out), indent=1))
         return 0
-    import yaml
-
-    data = yaml.safe_load(Path(args.config).read_text())
-    env_cfg = dict(data.get("env", data))
-    if args.split:
-        env_cfg["split"] = args.split
+    env_cfg = env_config_from_file(args.config, args.split)
     print(json.dumps(run(env_cfg, args.out, args.max_questions, args.max_minutes, not args.no_progress)))
     return 0
 

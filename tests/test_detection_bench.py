@@ -105,14 +105,39 @@ def test_bootstrap_resamples_whole_questions():
     assert all(np.array_equal(x, y) for x, y in zip(a, b))
 
 
-@pytest.mark.parametrize("split", ["hotpotqa", "question,hotpotqa"])
-def test_cli_unimplemented_splits_are_a_clear_error(split, tmp_path, capsys):
-    from eval.cli import main
+def test_benefit_split_end_to_end_on_microworld_labels(tmp_path):
+    """Split (c)'s machinery (benefit labels -> regenerated states -> probes -> tables) on micro-world labels."""
+    import yaml
 
-    assert main(["bench", "detection", "--split", split, "--out", str(tmp_path / "o")]) != 0
-    err = capsys.readouterr().err
-    assert "not implemented yet" in err and split.split(",")[-1] in err
-    assert not (tmp_path / "o").exists()
+    from eval.benefit_labels import run
+
+    env = {"split": "test", "max_questions": 16, "signals": ["output"], "rsus_components": ["ent"]}
+    (tmp_path / "env.yaml").write_text(yaml.safe_dump({"env": env}))
+    labels = tmp_path / "labels.jsonl"
+    run(env, labels, progress=False)
+    out = tmp_path / "out"
+    res = run_bench(DetectionBenchConfig(
+        splits=["hotpotqa"], out=str(out), benefit_labels=str(labels), benefit_config=str(tmp_path / "env.yaml"),
+        benefit_split="test", cache_dir=str(tmp_path / "cache"), n_boot=50, max_epochs=20, patience=5,
+        reprobe_max_epochs=3, interval_search="named", progress=False))
+    data = res["data"]["hotpotqa"]
+    rows = [json.loads(x) for x in labels.read_text().splitlines()]
+    assert data["questions"] == 16 and data["steps"] == sum(len(r["steps"]) for r in rows)
+    assert data["label_names"].get("helps", 0) == sum(s["benefit"] > 0 for r in rows for s in r["steps"])
+    sp = res["splits"]["hotpotqa"]
+    info = sp["info"]
+    assert info["train_steps"] + info["test_steps"] == data["steps"] and info["test_questions"] >= 1
+    assert set(sp["detectors"]) == set(DETECTORS)
+    assert "model_id" not in res and "calibration" not in res  # no micro-world split was asked for
+    md = (out / "detection_bench.md").read_text()
+    assert "(c) HotpotQA benefit" in md and "retrieval helps" in md
+    assert (out / "roc.png").stat().st_size > 0
+
+
+def test_benefit_split_without_labels_says_how_to_make_them(tmp_path):
+    with pytest.raises(FileNotFoundError, match="eval.benefit_labels"):
+        run_bench(DetectionBenchConfig(splits=["hotpotqa"], benefit_labels=str(tmp_path / "none.jsonl"),
+                                       out=str(tmp_path / "o"), progress=False))
 
 
 def test_unknown_split_api_refusal_and_help(tmp_path, capsys):
@@ -124,8 +149,6 @@ def test_unknown_split_api_refusal_and_help(tmp_path, capsys):
 
     assert main(["bench", "detection", "--split", "entiti", "--out", str(tmp_path / "o")]) == 2
     assert "unknown split 'entiti'" in capsys.readouterr().err
-    with pytest.raises(NotImplementedError, match="not implemented yet"):
-        run_bench(DetectionBenchConfig(splits=["hotpotqa"], out=str(tmp_path / "o")))
 
 
 def test_shifted_split_needs_its_artifact_and_the_same_lm_shape(tmp_path, tiny_world):

@@ -54,3 +54,36 @@ def test_benefit_label_summary(tmp_path):
     assert (s["questions"], s["steps"], s["helped"], s["hurt"]) == (3, 5, 2, 0)
     assert s["auroc"]["minprob"]["auroc"] == 1.0 and s["auroc"]["entropy"]["auroc"] == 1.0  # low MinProb = helped
     assert s["mean_best_single_retrieval"] == pytest.approx(0.5)
+
+
+def test_benefit_step_dataset_joins_labels_with_the_generation_states(tmp_path):
+    import numpy as np
+
+    from envs.env_config import EnvConfig
+    from eval.benefit_labels import run
+    from policies.probes.benefit_dataset import benefit_step_dataset
+
+    cfg = {"split": "test", "max_questions": 6, "signals": ["output"], "rsus_components": ["ent"]}
+    out = tmp_path / "labels.jsonl"
+    run(cfg, out, max_questions=6, progress=False)
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    ecfg = EnvConfig.from_dict(cfg)
+    ds = benefit_step_dataset(out, ecfg, cache_dir=tmp_path / "cache", batch=4)
+    steps = [(r["question_id"], s) for r in rows for s in r["steps"]]
+    assert len(ds) == len(steps) and ds.meta["n_questions"] == 6
+    assert ds.hidden_mean.shape[0] == len(ds) and ds.hidden_mean.ndim == 3
+    assert ds.labels.tolist() == [int(s["benefit"] > 0) for _, s in steps]
+    assert ds.question_ids.tolist() == [q for q, _ in steps]
+    assert ds.step_index.tolist() == [s["index"] for _, s in steps]
+    # the output-level signals are the labelling env's (same generation pass)
+    env_minprob = np.array([s["signals"]["minprob"] for _, s in steps])
+    assert np.allclose(ds.output_column("minprob"), env_minprob, atol=1e-5)
+    assert list((tmp_path / "cache").glob("benefit-*.npz"))
+    # labels that do not match the reasoner's chain: an error naming the file and line
+    bad = rows[1] | {"steps": [rows[1]["steps"][0] | {"text": "Step 1 : not what the model wrote ."}]}
+    out.write_text("".join(json.dumps(r) + "\n" for r in [rows[0], bad]))
+    with pytest.raises(ValueError, match=r"labels.jsonl:2: the reasoner's closed-book chain"):
+        benefit_step_dataset(out, ecfg, cache_dir=tmp_path / "cache")
+    # labels of another split
+    with pytest.raises(ValueError, match=r"labels.jsonl:1: question 0 is"):
+        benefit_step_dataset(out, ecfg.replace(split="train"), cache_dir=tmp_path / "cache")
