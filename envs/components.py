@@ -152,6 +152,9 @@ RECORD_VERSION = 2
 def _namespace(kind: str, identity, config: EnvConfig) -> str:
     outcome_fields = {k: v for k, v in config.to_dict().items()
                       if k not in ("costs", "cost_params", "cache_path", "split", "max_questions", "querygen")}
+    if not config.compress_evidence:  # off (the default): the namespace of runs made before the option existed
+        outcome_fields.pop("compress_evidence", None)
+        outcome_fields.pop("tau_rel", None)
     if any(m.startswith("gen:") for m in config.query_modes):  # a generative QueryGen: its weights, not its path
         from agents.query import mode_identity
 

@@ -21,6 +21,9 @@ class EnvConfig(ConfigBase):
     index_path: str | None = helpf(None, "prebuilt index directory (default: build BM25 in memory)")
     top_k: int = helpf(3, "passages retrieved per query; the first one not used before is injected")
     injection: str = helpf("step", "where evidence goes: step (right before the regenerated step) | front")
+    compress_evidence: bool = helpf(False, "keep only the evidence sentences the flagged step attends to "
+                                    "(relative attention importance >= tau_rel; agents.compression)")
+    tau_rel: float = helpf(0.45, "evidence compression: relative importance threshold in [0, 1]")
     query_modes: list[str] = helpf(["step", "content_words", "question_step", "info_need"],
                                    "query formulations QueryGen chooses from (the first is the default)")
     querygen: bool = helpf(False, "action = (retrieve?, query mode) instead of retrieve?")
@@ -45,6 +48,8 @@ class EnvConfig(ConfigBase):
             raise ConfigError(f"EnvConfig: injection must be 'step' or 'front', got '{self.injection}'")
         if self.top_k < 1 or self.max_steps < 1:
             raise ConfigError("EnvConfig: top_k and max_steps must be >= 1")
+        if not 0.0 <= self.tau_rel <= 1.0:
+            raise ConfigError(f"EnvConfig: tau_rel must be in [0, 1], got {self.tau_rel}")
         if self.max_retrievals_per_step < 1:
             raise ConfigError("EnvConfig: max_retrievals_per_step must be >= 1")
         if not self.query_modes:

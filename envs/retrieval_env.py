@@ -60,6 +60,7 @@ class StepRecord:
     chain_before: str | None = None             # micro-world: where the model's chain stood before the step
     chain_object: str | None = None             # ... and after it
     final: bool = False                         # the reasoner ended the text here (answer line or end-of-text)
+    compression: dict | None = None             # evidence compression of this retrieval (sentences, tokens)
 
 
 def execute_requests(reasoner, requests: list[tuple]) -> list[tuple]:
@@ -196,6 +197,8 @@ class RetrievalTimingEnv(gym.Env):
             self._since_retrieval = 0
             self._used += list(rec.passage_ids)
             retrieved = {"query": rec.query, "passage_ids": list(rec.passage_ids)}
+            if rec.compression is not None:
+                retrieved["compression"] = rec.compression
             event = CostEvent(retrieved=True, n_passages=len(rec.passage_ids), tokens_generated=rec.n_tokens,
                               tokens_injected=rec.tokens_injected, seconds_measured=rec.seconds,
                               seconds_modelled=0.0, step_index=self._n_accepted + 1)
@@ -284,7 +287,7 @@ class RetrievalTimingEnv(gym.Env):
         r, c = self.c.reasoner, self.c
         t_own = time.perf_counter()
         question = c.question_text(self._q)
-        query, passage_ids, evidence, injected = None, (), (), 0
+        query, passage_ids, evidence, injected, compression = None, (), (), 0, None
         if kind == "start":
             before = r.start(question)
             chain_before = None
@@ -301,8 +304,14 @@ class RetrievalTimingEnv(gym.Env):
             ranked = c.retriever.search([query], k=self.config.top_k)[0]
             chosen = select_passages(ranked, self._used, SelectionConfig(top_k=self.config.top_k))
             passage_ids = tuple(p.id for p in chosen)
-            evidence = tuple(self._record.evidence) + tuple(p.text for p in chosen)
-            injected = sum(len(p.text.split()) for p in chosen)
+            new_texts = [p.text for p in chosen]
+            if self.config.compress_evidence and new_texts:
+                from agents.compression import compress_evidence
+
+                new_texts, compression = compress_evidence(r, before, new_texts, self._record.text,
+                                                           self.config.tau_rel)
+            evidence = tuple(self._record.evidence) + tuple(new_texts)
+            injected = sum(len(t.split()) for t in new_texts)
         else:  # pragma: no cover - internal
             raise ValueError(kind)
         own = time.perf_counter() - t_own
@@ -331,7 +340,7 @@ class RetrievalTimingEnv(gym.Env):
                           seconds=seconds, features=feats, signals=scalars, mask=mask,
                           before=r.snapshot(before), after=r.snapshot(after), evidence=evidence, query=query,
                           passage_ids=passage_ids, tokens_injected=injected, label=label, error_kind=error_kind,
-                          chain_before=chain_before, chain_object=chain_object,
+                          chain_before=chain_before, chain_object=chain_object, compression=compression,
                           final=step.is_answer or bool(getattr(after, "done", False)))
 
     def _obs(self) -> dict[str, np.ndarray]:
@@ -362,6 +371,7 @@ class RetrievalTimingEnv(gym.Env):
             "query": retrieved["query"],
             "passage_ids": retrieved["passage_ids"],
             "capped": capped,
+            **({"compression": retrieved["compression"]} if "compression" in retrieved else {}),
             "action_prefix": ",".join(self._prefix),
         }
         if rec.label is not None:

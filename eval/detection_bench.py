@@ -112,6 +112,8 @@ class DetectionBenchConfig(ConfigBase):
                                 "labels were made with")
     benefit_split: str = helpf("dev[0:500:2]", "split 'hotpotqa': the env question split the labels were made on")
     benefit_test_frac: float = helpf(0.3, "split 'hotpotqa': share of the labelled questions held out for test")
+    benefit_folds: int = helpf(5, "split 'hotpotqa': k-fold cross-validation by question (every labelled question "
+                               "tested once); 1 = one held-out part of benefit_test_frac")
     benefit_batch: int = helpf(8, "split 'hotpotqa': questions regenerated together for the hidden states")
     layers: str = helpf("chosen", "PUlSE layer interval 'a,b', or 'chosen' (best validation AUROC)")
     interval_search: str = helpf("all", "intervals tried for 'chosen': all (every [a,b]) | named "
@@ -152,16 +154,20 @@ class DetectionBenchConfig(ConfigBase):
                 raise ConfigError(f"DetectionBenchConfig: {name} must be in (0, 1)")
         if self.n_boot < 0:
             raise ConfigError("DetectionBenchConfig: n_boot must be >= 0")
+        if self.benefit_folds < 1:
+            raise ConfigError("DetectionBenchConfig: benefit_folds must be >= 1")
 
 
 # ------------------------------------------------------------------------------------------------ metrics
 
 
-def point_metrics(y: np.ndarray, o: np.ndarray, t: float) -> dict[str, float]:
-    """AUROC, PR-AUC, F1 / precision / recall and fire rate of oriented scores ``o`` (fire when ``o >= t``)."""
+def point_metrics(y: np.ndarray, o: np.ndarray, t: float | np.ndarray) -> dict[str, float]:
+    """AUROC, PR-AUC, F1 / precision / recall and fire rate of oriented scores ``o`` (fire when ``o >= t``;
+    ``t`` a number or one threshold per step, e.g. each cross-validation fold's own; NaN never fires)."""
     from policies.probes.metrics import auroc, average_precision, binary_stats
 
-    fired = o >= t if not math.isnan(t) else np.zeros(y.shape, bool)
+    t = np.broadcast_to(np.asarray(t, dtype=float), o.shape)
+    fired = np.where(np.isnan(t), False, o >= np.nan_to_num(t))
     return {"auroc": auroc(y, o), "pr_auc": average_precision(y, o), **binary_stats(y, fired),
             "fire_rate": float(fired.mean()) if fired.size else math.nan}
 
@@ -374,9 +380,10 @@ def _threshold_on(y: np.ndarray, o: np.ndarray) -> float:
 # ------------------------------------------------------------------------------------------------ one split
 
 
-def evaluate_split(split: SplitData, cfg: DetectionBenchConfig, model_id: str, progress) -> dict[str, Any]:
-    """Every detector, per-kind table, ablations and hedging on one split (test part only for numbers)."""
-    from policies.probes.metrics import auroc, average_precision
+def fit_and_score(split: SplitData, cfg: DetectionBenchConfig, model_id: str, progress) -> dict[str, Any]:
+    """Fit every learned detector on ``split``'s train part (PUlSE interval search and ablations included),
+    threshold every detector on train / validation only, and score the test part (oriented: higher = error)."""
+    from policies.probes.metrics import auroc
 
     s = split
     y_tr, y_te = s.train.labels.astype(np.int8), s.test.labels.astype(np.int8)
@@ -392,7 +399,7 @@ def evaluate_split(split: SplitData, cfg: DetectionBenchConfig, model_id: str, p
     fixed = None if cfg.layers == "chosen" else tuple(int(x) for x in cfg.layers.split(","))
     n_fits = 3 + (len(candidates) if search else 0) + (2 if cfg.ablations else 0) \
         + int(fixed is not None and (not search or fixed not in candidates))
-    task = progress.add_task(f"{SPLIT_LABELS[s.name]}: probes", total=n_fits)
+    task = progress.add_task(f"{SPLIT_LABELS[s.name]}: probes{s.info.get('fold_label', '')}", total=n_fits)
     fits: dict[str, dict[str, Any]] = {}
 
     def run_fit(key: str, kind: str, layers=None, parts="both") -> dict[str, Any]:
@@ -436,33 +443,95 @@ def evaluate_split(split: SplitData, cfg: DetectionBenchConfig, model_id: str, p
             scores[name] = sign * free_te[name]
             t = _threshold_on(y_tr, sign * free_tr[name])
             thresholds[name] = {"oriented": t, "native": sign * t, "rule": "Youden's J on the train part"}
+    return {"y": y_te, "scores": scores, "thresholds": thresholds, "fits": fits, "intervals": intervals,
+            "chosen": chosen, "main_iv": main_iv, "named": named, "key": key, "fixed": fixed}
 
-    # point estimates and paired question-level bootstrap
-    boots = bootstrap_indices(s.test.question_ids, cfg.n_boot, cfg.seed)
-    btask = progress.add_task(f"{SPLIT_LABELS[s.name]}: bootstrap", total=len(DETECTORS))
+
+def evaluate_split(split: SplitData, cfg: DetectionBenchConfig, model_id: str, progress) -> dict[str, Any]:
+    """Every detector, per-kind table, ablations and hedging on one split (test part only for numbers)."""
+    return report_split(split.name, split.info, split.test, [fit_and_score(split, cfg, model_id, progress)],
+                        cfg, progress)
+
+
+def evaluate_folds(name: str, ds, cfg: DetectionBenchConfig, model_id: str, progress, k: int) -> dict[str, Any]:
+    """k-fold cross-validation by question: every question is tested once, by detectors fitted (and
+    thresholded) on the other folds; metrics on the pooled out-of-fold scores, each step judged against its
+    own fold's threshold. For small labelled sets (split (c)), where one held-out part has few positives."""
+    from policies.probes.splits import group_split
+
+    q = np.asarray(ds.question_ids).astype(str)
+    uniq = np.unique(q)
+    if uniq.size < k:
+        raise ValueError(f"split '{name}': {uniq.size} questions cannot make {k} folds")
+    perm = np.random.default_rng(cfg.seed).permutation(uniq.size)
+    fold_of = dict(zip(uniq[perm].tolist(), (np.arange(uniq.size) % k).tolist()))
+    fold = np.array([fold_of[x] for x in q])
+    parts, test_idx, sizes = [], [], []
+    for f in range(k):
+        te, tr = np.nonzero(fold == f)[0], np.nonzero(fold != f)[0]
+        train, test = ds.subset(tr), ds.subset(te)
+        fit_idx, val_idx = group_split(train.question_ids, cfg.val_frac, cfg.seed + 1 + f)
+        sd = SplitData(name, train, test, fit_idx, val_idx, {"fold_label": f" (fold {f + 1}/{k})"})
+        parts.append(fit_and_score(sd, cfg, model_id, progress))
+        test_idx.append(te)
+        sizes.append((len(tr), len(fit_idx), len(val_idx)))
+    test = ds.subset(np.concatenate(test_idx))
+    info = {"description": SPLITS[name] + f" ({k}-fold cross-validation by question; metrics on the pooled "
+                                          "out-of-fold scores)",
+            "folds": k, "train_steps": int(np.mean([a for a, _, _ in sizes])),
+            "fit_steps": int(np.mean([b for _, b, _ in sizes])), "val_steps": int(np.mean([c for _, _, c in sizes])),
+            "val_split": "by question, inside each fold's train part", "test_steps": len(test),
+            "train_questions": int(round(uniq.size * (k - 1) / k)), "test_questions": int(uniq.size),
+            "train_error_rate": float(ds.labels.mean()), "test_error_rate": float(test.labels.mean()),
+            "test_kinds": _kind_counts(test), "n_subjects_test": int(np.unique(test.subjects).size),
+            "labels": ds.meta.get("labels"), "label": f"retrieval helps (benefit > {ds.meta.get('min_benefit', 0)})"}
+    return report_split(name, info, test, parts, cfg, progress)
+
+
+def report_split(name: str, info: dict[str, Any], test, parts: list[dict[str, Any]], cfg: DetectionBenchConfig,
+                 progress) -> dict[str, Any]:
+    """Metrics with question-level bootstrap CIs, per-kind table, ablations and hedging from the scored test
+    part(s) (one part, or k folds whose test parts are ``test`` in order)."""
+    from policies.probes.metrics import auroc, average_precision
+
+    y_te = np.concatenate([p["y"] for p in parts])
+    scores = {d: np.concatenate([p["scores"][d] for p in parts]) for d in DETECTORS}
+    thr = {d: np.concatenate([np.full(len(p["y"]), p["thresholds"][d]["oriented"], dtype=float) for p in parts])
+           for d in DETECTORS}
+
+    def pooled(key: str) -> np.ndarray:
+        return np.concatenate([p["fits"][key]["test"] for p in parts])
+
+    boots = bootstrap_indices(test.question_ids, cfg.n_boot, cfg.seed)
+    btask = progress.add_task(f"{SPLIT_LABELS[name]}: bootstrap", total=len(DETECTORS))
     detectors: dict[str, dict[str, Any]] = {}
     boot_auroc: dict[str, np.ndarray] = {}
-    for name, (label, learned, hi) in DETECTORS.items():
-        o, t = scores[name], thresholds[name]["oriented"]
+    for det, (label, learned, hi) in DETECTORS.items():
+        o, t = scores[det], thr[det]
+        natives = [p["thresholds"][det]["native"] for p in parts]
         row: dict[str, Any] = {"label": label, "learned": learned, "higher_is_error": hi,
-                               **point_metrics(y_te, o, t), "threshold": thresholds[name]["native"],
-                               "threshold_rule": thresholds[name]["rule"]}
-        reps = [point_metrics(y_te[b], o[b], t) for b in boots]
+                               **point_metrics(y_te, o, t), "threshold": float(np.nanmean(natives))
+                               if len(parts) > 1 and not all(math.isnan(x) for x in natives) else natives[0],
+                               "threshold_rule": parts[0]["thresholds"][det]["rule"]}
+        if len(parts) > 1:
+            row["threshold_per_fold"] = natives
+        reps = [point_metrics(y_te[b], o[b], t[b]) for b in boots]
         for m in METRICS:
             row[f"{m}_ci95"] = _ci([r[m] for r in reps])
-        boot_auroc[name] = np.array([r["auroc"] for r in reps])
+        boot_auroc[det] = np.array([r["auroc"] for r in reps])
         if learned:
-            f = fits[name]
-            row["fit"] = {k: f[k] for k in ("spec", "n_features", "best_epoch", "epochs", "val_auroc", "seconds")}
-        detectors[name] = row
+            keys = ("spec", "n_features", "best_epoch", "epochs", "val_auroc", "seconds")
+            fits = [{k: p["fits"][det][k] for k in keys} for p in parts]
+            row["fit"] = fits[0] if len(fits) == 1 else fits
+        detectors[det] = row
         progress.advance(btask)
-    for name, row in detectors.items():
-        d = boot_auroc[name] - boot_auroc["pulse"]
+    for det, row in detectors.items():
+        d = boot_auroc[det] - boot_auroc["pulse"]
         row["delta_auroc_vs_pulse"] = row["auroc"] - detectors["pulse"]["auroc"]
         row["delta_auroc_vs_pulse_ci95"] = _ci(d.tolist()) if len(d) else [math.nan, math.nan]
 
     # per error kind: that kind's errors vs every correct step of the test part
-    kinds_te = s.test.error_kinds
+    kinds_te = test.error_kinds
     present = [k for k in KIND_ORDER if (kinds_te == k).any()]
     present += sorted(set(kinds_te[y_te == 1].tolist()) - set(KIND_ORDER))
     by_kind: dict[str, Any] = {}
@@ -470,48 +539,66 @@ def evaluate_split(split: SplitData, cfg: DetectionBenchConfig, model_id: str, p
         sel = (kinds_te == kind) | (y_te == 0)
         n_k, n_c = int((kinds_te == kind).sum()), int((y_te == 0).sum())
         row = {"n_errors": n_k, "n_correct": n_c, "error_ratio": n_k / (n_k + n_c), "detectors": {}}
-        for name in DETECTORS:
-            o = scores[name]
+        for det in DETECTORS:
+            o = scores[det]
             vals = [auroc(y_te[b][sel[b]], o[b][sel[b]]) for b in boots if (sel[b] & (y_te[b] == 1)).any()]
-            row["detectors"][name] = {"auroc": auroc(y_te[sel], o[sel]), "pr_auc": average_precision(y_te[sel], o[sel]),
-                                      "auroc_ci95": _ci(vals)}
+            row["detectors"][det] = {"auroc": auroc(y_te[sel], o[sel]), "pr_auc": average_precision(y_te[sel], o[sel]),
+                                     "auroc_ci95": _ci(vals)}
         by_kind[kind] = row
 
-    # PUlSE ablations (each reported on test; "chosen" was picked on validation)
+    # PUlSE ablations (each reported on test; "chosen" was picked on validation, per fold when folded)
+    p0 = parts[0]
+    main_iv, chosen = p0["main_iv"], p0["chosen"]
+    same_iv = all(p["main_iv"] == main_iv for p in parts)
     ablations: dict[str, Any] = {}
     if cfg.ablations:
         rows = {}
-        for nm, iv in named.items():
+        for nm, iv in p0["named"].items():
             k = f"pulse[{iv[0]},{iv[1]}]"
-            if k in fits:
+            if all(k in p["fits"] for p in parts):
                 rows[f"interval {nm} [{iv[0]},{iv[1]}]"] = k
         if chosen is not None:
-            rows[f"interval chosen on validation [{chosen[0]},{chosen[1]}]"] = f"pulse[{chosen[0]},{chosen[1]}]"
-        iv_txt = f"[{main_iv[0]},{main_iv[1]}]"
+            tag = f"[{chosen[0]},{chosen[1]}]" if all(p["chosen"] == chosen for p in parts) else "(per fold)"
+            rows[f"interval chosen on validation {tag}"] = "pulse"
+        iv_txt = f"[{main_iv[0]},{main_iv[1]}]" if same_iv else "(per fold)"
         rows[f"parts magnitude only {iv_txt}"] = "pulse:magnitude"
         rows[f"parts angle only {iv_txt}"] = "pulse:angle"
-        rows[f"parts both {iv_txt}"] = key
+        rows[f"parts both {iv_txt}"] = "pulse"
         for label, k in rows.items():
-            p = fits[k]["test"]
-            ablations[label] = {"val_auroc": fits[k]["val_auroc"], "test_auroc": auroc(y_te, p),
-                                "test_auroc_ci95": _ci([auroc(y_te[b], p[b]) for b in boots]),
-                                "test_pr_auc": average_precision(y_te, p), "n_features": fits[k]["n_features"]}
+            pr = pooled(k)
+            ablations[label] = {"val_auroc": float(np.mean([p["fits"][k]["val_auroc"] for p in parts])),
+                                "test_auroc": auroc(y_te, pr),
+                                "test_auroc_ci95": _ci([auroc(y_te[b], pr[b]) for b in boots]),
+                                "test_pr_auc": average_precision(y_te, pr), "n_features": p0["fits"][k]["n_features"]}
 
     # hedging: drop steps whose text hedges (none exist in the micro-world's templates)
-    hedging = np.array([bool(HEDGE_RE.search(str(c))) for c in s.test.contents])
+    hedging = np.array([bool(HEDGE_RE.search(str(c))) for c in test.contents])
     keep = ~hedging
     hedge = {"n_hedging_steps": int(hedging.sum()), "n_steps": int(len(hedging)),
+             "error_ratio_hedging": float(y_te[hedging].mean()) if hedging.any() else math.nan,
+             "error_ratio_non_hedging": float(y_te[keep].mean()) if keep.any() else math.nan,
              "auroc_non_hedging": {n: (auroc(y_te[keep], scores[n][keep]) if keep.any() else math.nan)
                                    for n in DETECTORS}}
     hedge["note"] = ("no step matches the hedge patterns (the micro-world's step templates never hedge): "
                      "the non-hedging subset is the whole test set and its AUROCs equal the main table's"
                      if hedging.sum() == 0 else f"{int(hedging.sum())} hedging steps dropped")
 
+    # interval search: per candidate, validation AUROC (mean over folds) and pooled test AUROC
+    intervals = {}
+    for cand in p0["intervals"]:
+        if all(cand in p["intervals"] for p in parts):
+            k = f"pulse[{cand}]"
+            intervals[cand] = {"layers": p0["intervals"][cand]["layers"],
+                               "val_auroc": float(np.mean([p["intervals"][cand]["val_auroc"] for p in parts])),
+                               "test_auroc": auroc(y_te, pooled(k))}
     roc = {n: [a.round(5).tolist() for a in roc_curve(y_te, scores[n])] for n in DETECTORS}
-    return {"info": s.info, "detectors": detectors, "by_error_kind": by_kind, "ablations": ablations,
-            "interval_search": {"candidates": intervals, "chosen": list(chosen) if chosen else None,
-                                "used": list(main_iv), "rule": "best validation AUROC" if fixed is None
-                                else "fixed by --layers"},
+    used = [list(p["main_iv"]) for p in parts]
+    return {"info": info, "detectors": detectors, "by_error_kind": by_kind, "ablations": ablations,
+            "interval_search": {"candidates": intervals,
+                                "chosen": (list(chosen) if chosen else None) if len(parts) == 1
+                                else [list(p["chosen"]) if p["chosen"] else None for p in parts],
+                                "used": used[0] if len(parts) == 1 else used,
+                                "rule": "best validation AUROC" if p0["fixed"] is None else "fixed by --layers"},
             "hedging": hedge, "roc": roc}
 
 
@@ -580,8 +667,10 @@ def run_bench(cfg: DetectionBenchConfig) -> dict[str, Any]:
                 "label_names": {str(k): int(v) for k, v in zip(*np.unique(ds.label_names, return_counts=True))},
                 "regenerated_at_batch_1": ds.meta.get("regenerated_at_batch_1"),
                 "n_layers": int(ds.hidden_mean.shape[1] - 1), "hidden_size": int(ds.hidden_mean.shape[2])}
-            result["splits"]["hotpotqa"] = evaluate_split(make_split("hotpotqa", ds, ds, cfg), cfg,
-                                                          ds.meta["model_id"], progress)
+            result["splits"]["hotpotqa"] = (
+                evaluate_folds("hotpotqa", ds, cfg, ds.meta["model_id"], progress, cfg.benefit_folds)
+                if cfg.benefit_folds > 1 else
+                evaluate_split(make_split("hotpotqa", ds, ds, cfg), cfg, ds.meta["model_id"], progress))
             timings["split_hotpotqa"] = round(time.perf_counter() - t0, 1)
     timings["total"] = round(time.perf_counter() - t_start, 1)
     result["seconds"] = timings
@@ -833,7 +922,11 @@ def format_markdown(result: dict[str, Any]) -> str:
     parts += ["## Non-hedging steps", ""]
     for name, sp in result["splits"].items():
         h = sp["hedging"]
-        parts.append(f"- {SPLIT_LABELS[name]}: {h['n_hedging_steps']} of {h['n_steps']} test steps hedge; {h['note']}.")
+        ratios = ("" if not h["n_hedging_steps"] else
+                  f" Error ratio: hedging {_f(h.get('error_ratio_hedging'))}, non-hedging "
+                  f"{_f(h.get('error_ratio_non_hedging'))}.")
+        parts.append(f"- {SPLIT_LABELS[name]}: {h['n_hedging_steps']} of {h['n_steps']} test steps hedge; "
+                     f"{h['note']}.{ratios}")
         if h["n_hedging_steps"]:
             parts.append("  AUROC on non-hedging steps: " + ", ".join(
                 f"{DETECTORS[d][0]} {_f(v)}" for d, v in h["auroc_non_hedging"].items()))

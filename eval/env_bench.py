@@ -2,7 +2,9 @@
 
 Measured (printed as a table, written as JSON):
 * env steps/s with a cold cache at batch 1 and batch 8 (one batched generation call per round for the 8
-  copies; target: batch 8 >= 3x batch 1), and with a warm cache (target >= 5,000 steps/s);
+  copies; target: batch 8 >= 3x batch 1) — measured ``--repeats`` times interleaved, as wall-clock and as
+  CPU-time (this process) steps/s, medians reported, since a busy neighbour on a shared machine moves wall
+  figures by ±20 % — and with a warm cache (target >= 5,000 steps/s);
 * the trajectory-cache hit rate during a training-like random-policy run (random questions of the train
   split, Bernoulli(0.3) retrieval);
 * the oracle (best action sequence per question, from the cache) vs never / always retrieving: accuracy
@@ -31,6 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--oracle-questions", type=int, default=100, help="dev questions for the oracle")
     p.add_argument("--hotpotqa-steps", type=int, default=32,
                    help="env steps per cold measurement on the HotpotQA preset (SmolLM2-135M; 0 = skip)")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="cold-cache measurements per batch size, interleaved b1/b8 (medians are reported)")
     p.add_argument("--out", default="runs/bench/env_bench.json", help="JSON output")
     p.set_defaults(func=_main)
 
@@ -39,22 +43,44 @@ def _policy(rng: np.random.Generator, n: int, p: float = 0.3) -> np.ndarray:
     return (rng.random(n) < p).astype(np.int64)
 
 
-def steps_per_second(make, batch: int, steps: int, seed: int = 0) -> tuple[float, int]:
-    """Run ``steps`` env steps (random policy) on a fresh batched env; returns (steps/s, steps done)."""
+def steps_per_second(make, batch: int, steps: int, seed: int = 0, cpu: bool = False):
+    """Run ``steps`` env steps (random policy) on a fresh batched env; returns (steps/s, steps done), or
+    with ``cpu=True`` (wall steps/s, steps per CPU-second of this process, steps done)."""
     env = make(batch)
     rng = np.random.default_rng(seed)
     env.reset(seed=seed)
     done = 0
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     while done < steps:
         env.step(_policy(rng, batch))
         done += batch
-    dt = time.perf_counter() - t0
-    return done / dt, done
+    dt, dc = time.perf_counter() - t0, time.process_time() - c0
+    return (done / dt, done / max(dc, 1e-9), done) if cpu else (done / dt, done)
+
+
+def interleaved_throughput(make, steps: int, repeats: int, batches: tuple[int, ...] = (1, 8),
+                           seed: int = 11) -> dict[str, Any]:
+    """Cold-cache steps/s at each batch size, measured ``repeats`` times in turn (b1, b8, b1, b8, …) so a
+    busy neighbour slows both alike; per-repeat wall and CPU-time figures, their medians and the median of
+    the per-repeat ratios (last batch over first)."""
+    runs: dict[int, list[dict[str, float]]] = {b: [] for b in batches}
+    for r in range(repeats):
+        for b in batches:
+            wall, cpu, _ = steps_per_second(make, b, steps, seed=seed + r, cpu=True)
+            runs[b].append({"wall": wall, "cpu": cpu})
+    lo, hi = batches[0], batches[-1]
+    out: dict[str, Any] = {"repeats": repeats, "runs": {str(b): v for b, v in runs.items()}}
+    for kind in ("wall", "cpu"):
+        for b in batches:
+            out[f"batch{b}_{kind}_steps_s"] = round(float(np.median([x[kind] for x in runs[b]])), 2)
+        ratios = [h[kind] / x[kind] for x, h in zip(runs[lo], runs[hi])]
+        out[f"ratio_{kind}"] = round(float(np.median(ratios)), 2)
+        out[f"ratio_{kind}_range"] = [round(min(ratios), 2), round(max(ratios), 2)]
+    return out
 
 
 def run(artifact: str | None, steps: int, episodes: int, oracle_questions: int, out: str | None,
-        pool: int = 128, hotpotqa_steps: int = 0) -> dict[str, Any]:
+        pool: int = 128, hotpotqa_steps: int = 0, repeats: int = 3) -> dict[str, Any]:
     import torch
 
     from envs.components import build_components
@@ -71,10 +97,11 @@ def run(artifact: str | None, steps: int, episodes: int, oracle_questions: int, 
     # 1. cold cache (in-memory cache, fresh per measurement) at batch 1 and 8
     def make_cold(b):
         return make_batched(b, base, comps)
-    for b in (1, 8):
-        sps, n = steps_per_second(make_cold, b, steps, seed=11)
-        res[f"cold_batch{b}_steps_s"] = round(sps, 1)
-    res["batch8_over_batch1"] = round(res["cold_batch8_steps_s"] / res["cold_batch1_steps_s"], 2)
+    cold = interleaved_throughput(make_cold, steps, repeats)
+    res["cold"] = cold
+    res["cold_batch1_steps_s"], res["cold_batch8_steps_s"] = cold["batch1_wall_steps_s"], cold["batch8_wall_steps_s"]
+    res["batch8_over_batch1"] = cold["ratio_wall"]
+    res["batch8_over_batch1_cpu"] = cold["ratio_cpu"]
     # 2. warm cache: the same episodes again on the same cache
     warm_env = make_batched(8, base, comps)
     steps_per_second(lambda b: warm_env, 8, steps, seed=12)          # fill
@@ -130,8 +157,12 @@ def run(artifact: str | None, steps: int, episodes: int, oracle_questions: int, 
 
 def format_table(res: dict[str, Any]) -> str:
     lines = ["| measure | value |", "|---|---|"]
-    for k in ("cold_batch1_steps_s", "cold_batch8_steps_s", "batch8_over_batch1", "warm_steps_s", "warm_hit_rate"):
+    for k in ("cold_batch1_steps_s", "cold_batch8_steps_s", "batch8_over_batch1", "batch8_over_batch1_cpu",
+              "warm_steps_s", "warm_hit_rate"):
         lines.append(f"| {k} | {res[k]} |")
+    c = res["cold"]
+    lines.append(f"| cold: repeats (interleaved b1/b8), ratio range wall / CPU | {c['repeats']}, "
+                 f"{c['ratio_wall_range']} / {c['ratio_cpu_range']} |")
     for k in ("hotpotqa_cold_batch1_steps_s", "hotpotqa_cold_batch8_steps_s", "hotpotqa_batch8_over_batch1"):
         if k in res:
             lines.append(f"| {k} | {res[k]} |")
@@ -147,7 +178,7 @@ def format_table(res: dict[str, Any]) -> str:
 
 def _main(args) -> int:
     res = run(args.artifact, args.steps, args.episodes, args.oracle_questions, args.out, args.pool,
-              args.hotpotqa_steps)
+              args.hotpotqa_steps, args.repeats)
     print(format_table(res))
     log.info("wrote %s", Path(args.out).resolve() if args.out else "-")
     return 0

@@ -116,18 +116,25 @@ def test_benefit_split_end_to_end_on_microworld_labels(tmp_path):
     labels = tmp_path / "labels.jsonl"
     run(env, labels, progress=False)
     out = tmp_path / "out"
-    res = run_bench(DetectionBenchConfig(
+    cfg = DetectionBenchConfig(
         splits=["hotpotqa"], out=str(out), benefit_labels=str(labels), benefit_config=str(tmp_path / "env.yaml"),
         benefit_split="test", cache_dir=str(tmp_path / "cache"), n_boot=50, max_epochs=20, patience=5,
-        reprobe_max_epochs=3, interval_search="named", progress=False))
+        reprobe_max_epochs=3, interval_search="named", progress=False, benefit_folds=1)
+    res = run_bench(cfg)
     data = res["data"]["hotpotqa"]
     rows = [json.loads(x) for x in labels.read_text().splitlines()]
     assert data["questions"] == 16 and data["steps"] == sum(len(r["steps"]) for r in rows)
     assert data["label_names"].get("helps", 0) == sum(s["benefit"] > 0 for r in rows for s in r["steps"])
     sp = res["splits"]["hotpotqa"]
     info = sp["info"]
-    assert info["train_steps"] + info["test_steps"] == data["steps"] and info["test_questions"] >= 1
+    assert info["train_steps"] + info["test_steps"] == data["steps"] and 1 <= info["test_questions"] < 16
     assert set(sp["detectors"]) == set(DETECTORS)
+    # k-fold: every labelled step is scored once, out of fold, against its own fold's threshold
+    cv = run_bench(cfg.replace(benefit_folds=4, out=str(tmp_path / "cv")))["splits"]["hotpotqa"]
+    assert cv["info"]["test_steps"] == data["steps"] and cv["info"]["folds"] == 4
+    for d in cv["detectors"].values():
+        assert 0 <= d["fire_rate"] <= 1 and len(d["threshold_per_fold"]) == 4
+    assert len(cv["interval_search"]["used"]) == 4
     assert "model_id" not in res and "calibration" not in res  # no micro-world split was asked for
     md = (out / "detection_bench.md").read_text()
     assert "(c) HotpotQA benefit" in md and "retrieval helps" in md

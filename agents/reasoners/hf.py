@@ -415,6 +415,11 @@ class HFReasoner:
             return HFState(state.question, front, state.transcript, state.n_steps, GenState(ids))
         raise ValueError(f"unknown injection mode '{mode}' (valid: front, step)")
 
+    def evidence_framing(self):
+        """``(encode, line_start, sentence_sep, line_end, step_end)``: how :meth:`with_evidence` (step mode)
+        writes evidence lines and how a step line ends (for :mod:`agents.compression`)."""
+        return self._encode, "Evidence: ", " ", "\n", "\n"
+
     def regenerate(self, states: list[HFState], evidence: list[list[str]], mode: str = "step"
                    ) -> list[tuple[Step, HFState]]:
         """Regenerate the next line of each state with its evidence (see :meth:`with_evidence`)."""
