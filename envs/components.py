@@ -187,11 +187,17 @@ def _qa(config: EnvConfig) -> Components:
     dims = extractor.dims
     feature_dims = {g: sum(dims[n] for n in GROUP_SIGNALS[g]) for g in config.signals}
     ident = getattr(reasoner, "model_id", config.reasoner)
-    if config.probes:
-        raise ValueError(f"EnvConfig.probes: probes for the '{config.task}' task are not wired yet "
-                         "(micro-world only); train detection probes there with `kairos probe train`")
+    probes = {}
+    if config.probes:  # e.g. trained on retrieval-benefit labels: `kairos probe train --benefit-labels …`
+        from policies.probes.benefit_dataset import reasoner_model_id
+        from policies.probes.probe import Probe
+
+        if not reasoner.capabilities.hidden_states:
+            raise ValueError(f"EnvConfig.probes: reasoner '{config.reasoner}' exposes no hidden states")
+        mid = reasoner_model_id(reasoner, config.reasoner)
+        probes = {name: Probe.load(path, expected_model_id=mid) for name, path in config.probes.items()}
     return Components(config, task, reasoner, retriever, QueryGenerator(list(config.query_modes)), extractor,
-                      _namespace(config.reasoner, [ident, corpus.fingerprint()], config), feature_dims)
+                      _namespace(config.reasoner, [ident, corpus.fingerprint()], config), feature_dims, probes)
 
 
 def _qa_retriever(config: EnvConfig, corpus, bm25_cls):  # shared by the real-data and micro-world tasks

@@ -135,19 +135,24 @@ class BenchConfig(ConfigBase):
             if m.kind == "random" and m.match is not None and m.match not in names:
                 raise ConfigError(f"BenchConfig: method '{m.name}' matches unknown method '{m.match}'")
         d, t = parse_slice(self.dev, "dev"), parse_slice(self.test, "test")
-        if max(d.start, t.start) < min(d.stop, t.stop):
+        if set(d) & set(t):
             raise ConfigError(f"BenchConfig: dev {self.dev} and test {self.test} overlap")
 
 
 def parse_slice(text: str, key: str) -> range:
-    """``"100:400"`` → ``range(100, 400)`` (a clear error naming the key otherwise)."""
+    """``"100:400"`` → ``range(100, 400)``; ``"0:250:25"`` → every 25th (spread over a split whose order
+    means something, e.g. HotpotQA's by question type); a clear error naming the key otherwise."""
     try:
-        a, b = (int(x) for x in str(text).split(":"))
+        parts = [int(x) for x in str(text).split(":")]
+        if len(parts) not in (2, 3):
+            raise ValueError
     except ValueError:
-        raise ConfigError(f"BenchConfig: key '{key}' must look like 'start:stop', got {text!r}") from None
-    if not 0 <= a < b:
-        raise ConfigError(f"BenchConfig: key '{key}' needs 0 <= start < stop, got {text!r}")
-    return range(a, b)
+        raise ConfigError(f"BenchConfig: key '{key}' must look like 'start:stop' or 'start:stop:step', "
+                          f"got {text!r}") from None
+    a, b, step = (*parts, 1) if len(parts) == 2 else parts
+    if not 0 <= a < b or step < 1:
+        raise ConfigError(f"BenchConfig: key '{key}' needs 0 <= start < stop and step >= 1, got {text!r}")
+    return range(a, b, step)
 
 
 # ---------------------------------------------------------------- triggers
@@ -276,7 +281,7 @@ def run_bench(cfg: BenchConfig, components=None) -> dict[str, Any]:
     runner = Runner(cfg, components)
     lam = cfg.lambda_retrieval
     n_split = len(runner.components.questions)
-    if test.stop > n_split or dev.stop > n_split:
+    if max(test) >= n_split or max(dev) >= n_split:
         raise ConfigError(f"BenchConfig: dev {cfg.dev} / test {cfg.test} exceed the {n_split} questions of "
                           f"split '{runner.env_config.split}'")
     log.info("bench %s: dev %s, test %s, λ = %g, %d methods", cfg.name, cfg.dev, cfg.test, lam, len(cfg.methods))

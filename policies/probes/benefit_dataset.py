@@ -37,6 +37,12 @@ from policies.probes.dataset import _ARRAYS, DATASET_VERSION, StepDataset, defau
 log = logging.getLogger(__name__)
 
 
+def reasoner_model_id(reasoner, backend: str) -> str:
+    """The model id probes trained on a real-data reasoner are saved with: ``<backend>:<model>`` (e.g.
+    ``hf:smollm2-135m-instruct``, or the local model path)."""
+    return f"{backend}:{getattr(getattr(reasoner, 'cfg', None), 'model', backend)}"
+
+
 def _label_name(benefit: float, min_benefit: float) -> str:
     return "helps" if benefit > min_benefit else ("hurts" if benefit < 0 else "neutral")
 
@@ -99,7 +105,7 @@ def benefit_step_dataset(labels_path: str | Path, env_config, cache_dir: str | P
     if not getattr(reasoner, "capabilities", None) or not reasoner.capabilities.hidden_states:
         raise ValueError(f"reasoner '{env_config.reasoner}' exposes no hidden states: the PUlSE / ReProbe "
                          "probes cannot be trained on it")
-    model_id = f"{env_config.reasoner}:{getattr(getattr(reasoner, 'cfg', None), 'model', env_config.reasoner)}"
+    model_id = reasoner_model_id(reasoner, env_config.reasoner)
     out_path = benefit_cache_path(cache_dir, rows, c.namespace, model_id, min_benefit)
     if use_cache and out_path.is_file():
         log.info("benefit dataset: cached %s", out_path)

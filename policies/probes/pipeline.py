@@ -31,6 +31,11 @@ class ProbeTrainConfig(ConfigBase):
 
     signal: str = helpf("pulse", "probe to train: pulse | reprobe | rsus_proxy")
     artifact: str = helpf("", "micro-world artifact directory (default: the shipped one)")
+    benefit_labels: str = helpf("", "real data instead of the micro-world: a retrieval-benefit label JSONL "
+                                "(eval.benefit_labels); label = 'retrieval helps'")
+    benefit_config: str = helpf("configs/bench_hotpotqa_bm25.yaml", "with benefit_labels: the bench / env YAML "
+                                "the labels were made with")
+    benefit_split: str = helpf("dev[0:500:2]", "with benefit_labels: the env question split of the labels")
     out: str = helpf("", "directory to save the probe in")
     layers: str = helpf("", "PUlSE layer interval 'a,b' over hidden rows 0..L (empty: middle of the stack)")
     pooling: str = helpf("", "hidden-state pooling: mean | last (empty: mean for pulse, last for reprobe)")
@@ -153,10 +158,23 @@ def train_probe(cfg: ProbeTrainConfig) -> tuple[Any, dict[str, Any]]:
     from policies.probes.splits import entity_disjoint_split, group_split
 
     torch.set_num_threads(1)
-    world = load_artifact(cfg.artifact or None)
-    model_id = world_model_id(world)
     cache = cfg.cache_dir or None
-    ds = build_step_dataset(world, cfg.question_split, cfg.n_questions or None, cfg.seed, cache)
+    world = None
+    if cfg.benefit_labels:  # real data: the labels' reasoner, its closed-book steps and their benefit labels
+        from envs.env_config import EnvConfig
+        from eval.benefit_labels import env_config_from_file
+        from policies.probes.benefit_dataset import benefit_step_dataset
+
+        env_cfg = EnvConfig.from_dict(env_config_from_file(cfg.benefit_config, cfg.benefit_split))
+        ds = benefit_step_dataset(cfg.benefit_labels, env_cfg, cache)
+        model_id = ds.meta["model_id"]
+        if cfg.split == "entity":
+            raise ConfigError("ProbeTrainConfig: split 'entity' needs micro-world entities; use 'question' with "
+                              "benefit_labels")
+    else:
+        world = load_artifact(cfg.artifact or None)
+        model_id = world_model_id(world)
+        ds = build_step_dataset(world, cfg.question_split, cfg.n_questions or None, cfg.seed, cache)
     n_layers = ds.hidden_mean.shape[1] - 1
     spec = make_spec(cfg, n_layers, model_id)
     X = spec.compute(hidden_mean=ds.hidden_mean, hidden_last=ds.hidden_last, texts=ds.contents.tolist())
@@ -165,7 +183,7 @@ def train_probe(cfg: ProbeTrainConfig) -> tuple[Any, dict[str, Any]]:
     else:
         tr, va = entity_disjoint_split(ds.subjects, cfg.val_frac, cfg.seed)
     arch = default_arch(spec, X.shape[1], tuple(ds.hidden_last.shape[1:]))
-    info = {"artifact": str(world.path), "dataset": ds.meta, "split": cfg.split, "val_frac": cfg.val_frac,
+    info = {"artifact": str(world.path) if world is not None else None, "dataset": ds.meta, "split": cfg.split, "val_frac": cfg.val_frac,
             "train_config": cfg.to_dict()}
     probe, hist = fit_probe(spec, X, ds.labels, tr, va, model_id=model_id, arch=arch, fit=cfg.fit_config(),
                             threshold=cfg.threshold, info=info)
@@ -178,7 +196,7 @@ def train_probe(cfg: ProbeTrainConfig) -> tuple[Any, dict[str, Any]]:
         "val": detection_report(ds, probe.predict_proba(X[va]), va, tr, cfg.threshold, cfg.n_boot, cfg.seed),
     }
     ev = None
-    if cfg.eval_split:
+    if cfg.eval_split and world is not None:
         try:
             ev = build_step_dataset(world, cfg.eval_split, cfg.n_eval_questions or None, cfg.seed, cache)
         except ValueError as e:  # e.g. an incompetent LM wrote no step with content tokens

@@ -97,6 +97,10 @@ def test_bench_config_errors(tmp_path):
         _cfg(tmp_path, METHODS, bogus=1)
     with pytest.raises(ConfigError, match="'test' must look like"):
         parse_slice("10-20", "test")
+    assert list(parse_slice("0:250:50", "dev")) == [0, 50, 100, 150, 200]
+    _cfg(tmp_path, METHODS, dev="0:20:4", test="1:20:2")  # interleaved slices that do not share a question
+    with pytest.raises(ConfigError, match="overlap"):
+        _cfg(tmp_path, METHODS, dev="0:20:5", test="1:20:2")
     with pytest.raises(FileNotFoundError, match="no exported policy"):
         run_bench(_cfg(tmp_path, [{"name": "CoT", "kind": "never"},
                                               {"name": "L", "kind": "learned", "path": str(tmp_path / "none")}]))

@@ -87,3 +87,23 @@ def test_benefit_step_dataset_joins_labels_with_the_generation_states(tmp_path):
     # labels of another split
     with pytest.raises(ValueError, match=r"labels.jsonl:1: question 0 is"):
         benefit_step_dataset(out, ecfg.replace(split="train"), cache_dir=tmp_path / "cache")
+
+
+def test_probe_train_on_benefit_labels_saves_a_probe_for_the_labels_model(tmp_path):
+    import yaml
+
+    from eval.benefit_labels import run
+    from policies.probes.pipeline import ProbeTrainConfig, train_probe
+    from policies.probes.probe import Probe
+
+    env = {"split": "test", "max_questions": 12, "signals": ["output"], "rsus_components": ["ent"]}
+    (tmp_path / "env.yaml").write_text(yaml.safe_dump({"env": env}))
+    run(env, tmp_path / "labels.jsonl", progress=False)
+    cfg = ProbeTrainConfig(benefit_labels=str(tmp_path / "labels.jsonl"), benefit_config=str(tmp_path / "env.yaml"),
+                           benefit_split="test", out=str(tmp_path / "probe"), cache_dir=str(tmp_path / "c"),
+                           max_epochs=5, n_boot=20)
+    probe, report = train_probe(cfg)
+    assert report["model_id"] == "micro:micro" and report["data"]["steps"] > 0
+    Probe.load(tmp_path / "probe", expected_model_id="micro:micro")
+    with pytest.raises(Exception, match="entity"):
+        train_probe(cfg.replace(split="entity"))
