@@ -174,14 +174,10 @@ def benefit_step_dataset(labels_path: str | Path, env_config, cache_dir: str | P
             cols["contents"].append(step.content)
     if not cols["labels"]:
         raise ValueError(f"{path}: no labelled step with content tokens")
-    dtypes = {"labels": np.int8, "step_index": np.int16, "hops": np.int8, "question_correct": bool}
-    arrays = {k: (np.stack(v) if k in ("hidden_mean", "hidden_last", "output")
-                  else np.asarray(v, dtype=dtypes.get(k, str))) for k, v in cols.items()}
-    ds = StepDataset(**arrays, meta={
+    ds = StepDataset.from_columns(cols, {
         "version": DATASET_VERSION, "source": "benefit", "labels": str(path), "model_id": model_id,
         "split": env_config.split, "n_questions": len(order), "skipped_steps": skipped,
-        "regenerated_at_batch_1": len(regenerated), "min_benefit": min_benefit,
-        "n_layers": int(arrays["hidden_mean"].shape[1] - 1), "hidden_size": int(arrays["hidden_mean"].shape[2])})
+        "regenerated_at_batch_1": len(regenerated), "min_benefit": min_benefit})
     out_path.parent.mkdir(parents=True, exist_ok=True)
     ds.save(out_path)
     log.info("benefit dataset: %d steps of %d questions (%.1f%% helped; %d regenerated at batch 1, %d skipped) "

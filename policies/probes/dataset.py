@@ -92,6 +92,16 @@ class StepDataset:
             raise ValueError(f"unknown output signal '{name}' (valid: {', '.join(OUTPUT_COLUMNS)})")
         return self.output[:, OUTPUT_COLUMNS.index(name)]
 
+    @classmethod
+    def from_columns(cls, cols: dict[str, list], meta: dict[str, Any]) -> StepDataset:
+        """A dataset from per-step column lists (every name of ``_ARRAYS``); ``meta`` gains the layer count and
+        width."""
+        dtypes = {"labels": np.int8, "step_index": np.int16, "hops": np.int8, "question_correct": bool}
+        arrays = {k: (np.stack(v) if k in ("hidden_mean", "hidden_last", "output")
+                      else np.asarray(v, dtype=dtypes.get(k, str))) for k, v in cols.items()}
+        return cls(**arrays, meta={**meta, "n_layers": int(arrays["hidden_mean"].shape[1] - 1),
+                                   "hidden_size": int(arrays["hidden_mean"].shape[2])})
+
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | Path) -> None:
         with atomic_open(path, "wb") as f:
@@ -196,13 +206,9 @@ def build_step_dataset(world, split: str = "train", n_questions: int | None = 20
                  len(rows["labels"]))
     if not rows["labels"]:
         raise ValueError(f"no labelled steps with content tokens in {len(qs)} '{split}' questions")
-    dtypes = {"labels": np.int8, "step_index": np.int16, "hops": np.int8, "question_correct": bool}
-    arrays = {k: (np.stack(v) if k in ("hidden_mean", "hidden_last", "output")
-                  else np.asarray(v, dtype=dtypes.get(k, str))) for k, v in rows.items()}
-    ds = StepDataset(**arrays, meta={
+    ds = StepDataset.from_columns(rows, {
         "version": DATASET_VERSION, "fingerprint": fp, "model_id": world_model_id(world), "split": split,
-        "n_questions": len(qs), "seed": seed, "skipped_steps": skipped,
-        "n_layers": int(arrays["hidden_mean"].shape[1] - 1), "hidden_size": int(arrays["hidden_mean"].shape[2])})
+        "n_questions": len(qs), "seed": seed, "skipped_steps": skipped})
     ds.save(path)
     log.info("step dataset: %d steps (%.1f%% errors, %d skipped without content) -> %s", len(ds),
              100 * ds.labels.mean(), skipped, path)
