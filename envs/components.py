@@ -152,6 +152,10 @@ RECORD_VERSION = 2
 def _namespace(kind: str, identity, config: EnvConfig) -> str:
     outcome_fields = {k: v for k, v in config.to_dict().items()
                       if k not in ("costs", "cost_params", "cache_path", "split", "max_questions", "querygen")}
+    # the retrieval caps decide which action prefixes an episode reaches, never what a prefix's record holds (a
+    # capped "retrieve" is recorded as an accept): a capped run reads the records of an uncapped one
+    defaults = EnvConfig()
+    outcome_fields["max_retrievals_per_question"] = defaults.max_retrievals_per_question
     if not config.compress_evidence:  # off (the default): the namespace of runs made before the option existed
         outcome_fields.pop("compress_evidence", None)
         outcome_fields.pop("tau_rel", None)

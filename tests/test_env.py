@@ -122,3 +122,25 @@ def test_bad_actions_and_configs(cfg):
         gym.make("kairos/MicroWorld-v0", config={**cfg, "costs": {"latencyy": 1.0}})
     with pytest.raises(ValueError, match="unknown preset"):
         gym.make("kairos/RetrievalTiming-v0", preset="nope")
+
+
+def test_retrieval_caps_share_the_cache_namespace_and_records():
+    """A capped 'retrieve' is recorded as an accept, so a run with max_retrievals_per_question = 1 reads the
+    records of an uncapped run (same action prefixes, same records); settings that change outcomes do not."""
+    from envs.components import _namespace
+    from envs.env_config import EnvConfig
+    from envs.registration import make_env
+
+    base = EnvConfig(split="test", signals=["output"], rsus_components=["ent"])
+    assert _namespace("micro", ["x"], base) == _namespace("micro", ["x"], base.replace(max_retrievals_per_question=1))
+    assert _namespace("micro", ["x"], base) != _namespace("micro", ["x"], base.replace(top_k=2))
+    capped = make_env(None, base.replace(max_retrievals_per_question=1))
+    free = make_env(None, base)
+    for env in (capped, free):
+        env.reset(options={"question_index": 1})
+    texts = []
+    for env in (capped, free):
+        _, _, _, _, i1 = env.step(1)
+        _, _, _, _, i2 = env.step(1 if env is capped else 0)  # capped: the retrieve becomes an accept
+        texts.append((i1["step_text"], i2["step_text"], i2["action_prefix"]))
+    assert texts[0] == texts[1] and capped.unwrapped._retrievals == 1

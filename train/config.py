@@ -111,7 +111,8 @@ class TrainConfig(ConfigBase):
     num_gpus_per_env_runner: float = helpf(0.0, "GPUs per EnvRunner (the reasoner lives there: > 0 places "
                                                  "runners on GPU nodes of a cluster)")
     num_envs_per_env_runner: int = helpf(8, "env copies per runner (batched generation for the micro-world)")
-    env: str = helpf("microworld", "'microworld' (kairos/MicroWorld-v0) or 'package.module:factory(config)'")
+    env: str = helpf("microworld", "'microworld' (kairos/MicroWorld-v0), 'hotpotqa' (kairos/HotpotQA-v0) or "
+                     "'package.module:factory(config)'")
     env_config: dict = helpf({"split": "train", "max_questions": 256, "rsus_components": ["ent"],
                               "cache_path": "runs/train/cache.sqlite"},
                              "env config (EnvConfig fields for the micro-world; the factory's for others)")
@@ -132,5 +133,6 @@ class TrainConfig(ConfigBase):
     def validate(self) -> None:
         if self.iterations < 1 or self.checkpoint_every < 1 or self.keep_checkpoints < 1:
             raise ConfigError("TrainConfig: iterations, checkpoint_every and keep_checkpoints must be >= 1")
-        if self.env != "microworld" and ":" not in self.env:
-            raise ConfigError(f"TrainConfig: env must be 'microworld' or 'module:factory', got '{self.env}'")
+        if self.env not in ("microworld", "hotpotqa") and ":" not in self.env:
+            raise ConfigError(f"TrainConfig: env must be 'microworld', 'hotpotqa' or 'module:factory', got "
+                              f"'{self.env}'")
