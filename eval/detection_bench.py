@@ -27,9 +27,11 @@ validation AUROC), and AUROC on non-hedging steps.
   features transfer to another model's hidden states and another error mix.
 
 * **(c) hotpotqa** — real data: SmolLM2-135M on HotpotQA dev with *retrieval-benefit* labels (DESIGN §6; a
-  step is positive when retrieving at it raises the answer's F1), made by :mod:`eval.benefit_labels`. The
-  labelled questions are split by question into train (fit + validation, by question) and test
-  (``benefit_test_frac``); every detector is fitted / thresholded on train exactly as in (a). Hidden states and
+  step is positive when retrieving at it raises the answer's F1), made by :mod:`eval.benefit_labels`. A few
+  hundred labelled questions hold few positives, so (c) is k-fold cross-validation by question
+  (``benefit_folds``, default 5): each fold's detectors are fitted / thresholded on the other folds exactly as in
+  (a), and the metrics are computed on the pooled out-of-fold scores (``benefit_folds=1``: one held-out part of
+  ``benefit_test_frac``). Hidden states and
   output signals come from regenerating the labelled closed-book chains with the same reasoner
   (:mod:`policies.probes.benefit_dataset`, cached). "Error" in the tables means "retrieval helps" here.
 

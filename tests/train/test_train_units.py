@@ -152,6 +152,20 @@ def test_config_yaml_and_unknown_keys(tmp_path):
         TrainConfig.from_dict({"algo": {"baseline": "median"}})
     with pytest.raises(ConfigError):
         TrainConfig.from_dict({"curriculum": {"retrieval_calls": {"kind": "zigzag"}}})
+    assert TrainConfig.from_dict({"env": "hotpotqa"}).env == "hotpotqa"  # the real-data preset
+    with pytest.raises(ConfigError, match="'microworld', 'hotpotqa' or 'module:factory'"):
+        TrainConfig.from_dict({"env": "hotpot"})
+
+
+def test_env_factory_builds_batched_preset_envs():
+    """RLlib's env creator: a preset name gives the batched Kairos env with the preset's defaults."""
+    from envs.vector import BatchedRetrievalEnv
+    from train.env_factory import make_env
+
+    env = make_env({"_env": "microworld", "num_envs": 2, "split": "test", "rsus_components": ["ent"],
+                    "signals": ["output"]})
+    assert isinstance(env, BatchedRetrievalEnv) and env.num_envs == 2
+    assert env.envs[0].config.task == "microworld" and env.envs[0].config.reasoner == "micro"
 
 
 class _FakeRunner:
