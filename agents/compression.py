@@ -13,7 +13,8 @@ and its relative importance ``I_s / max_s' I_s'``. Sentences with relative impor
 (default 0.45) are kept (so the most attended one always is), in their original order; a passage left with
 no sentence is dropped. The step is then regenerated with the kept text only. The pass costs one forward
 over the context (no generation) and needs a transformers model; the model's attention implementation is
-switched to eager for that pass and restored.
+switched to eager for that pass and restored. The importance pass always places the evidence where ``step`` injection puts it
+(right before the step); with ``front`` injection the kept sentences are then injected at the front.
 
 Example::
 

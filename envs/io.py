@@ -77,10 +77,13 @@ def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-def read_done_rows(path: str | Path | None, key: str = "question_index") -> dict[int, dict[str, Any]]:
+def read_done_rows(path: str | Path | None, key: str = "question_index", require: tuple[str, ...] = (),
+                   line_of: dict[int, int] | None = None) -> dict[int, dict[str, Any]]:
     """Rows already in a resumable per-question JSONL, by ``row[key]``; a torn last line (a crash while writing)
-    is ignored (with a warning) so the caller redoes it, any other bad line is an error naming file and line.
-    Callers rewrite the file from the returned rows (:func:`write_text`) before appending."""
+    is ignored (with a warning) so the caller redoes it, any other bad line — not JSON, or without ``key`` or a
+    ``require``-d field — is an error naming file and line. ``line_of`` (optional) receives each row's 1-based
+    line number, for the caller's own error messages. Callers rewrite the file from the returned rows
+    (:func:`write_text`) before appending."""
     import logging
 
     if path is None or not Path(path).is_file():
@@ -98,5 +101,10 @@ def read_done_rows(path: str | Path | None, key: str = "question_index") -> dict
                     "%s: ignoring a torn last line (crash while writing); it will be redone", path)
                 continue
             raise ValueError(f"{path}:{i + 1}: not valid JSON (delete the file to start over)") from None
+        missing = [k for k in (key, *require) if not isinstance(row, dict) or k not in row]
+        if missing:
+            raise ValueError(f"{path}:{i + 1}: row without {', '.join(repr(k) for k in missing)}")
         rows[int(row[key])] = row
+        if line_of is not None:
+            line_of[int(row[key])] = i + 1
     return rows

@@ -230,8 +230,7 @@ def make_split(name: str, train_ds, test_ds, cfg: DetectionBenchConfig) -> Split
         tr_idx, te_idx = group_split(train_ds.question_ids, cfg.benefit_test_frac, cfg.seed)
         train, test = train_ds.subset(tr_idx), train_ds.subset(te_idx)
         fit_idx, val_idx = group_split(train.question_ids, cfg.val_frac, cfg.seed + 1)
-        extra = {"val_split": "by question", "labels": train_ds.meta.get("labels"),
-                 "label": f"retrieval helps (benefit > {train_ds.meta.get('min_benefit', 0)})"}
+        extra = {"val_split": "by question", **_benefit_label_info(train_ds)}
     elif name in ("question", "shifted"):
         train, test = train_ds, test_ds
         overlap = set(train.question_ids.tolist()) & set(test.question_ids.tolist())
@@ -262,6 +261,11 @@ def make_split(name: str, train_ds, test_ds, cfg: DetectionBenchConfig) -> Split
             "train_error_rate": float(train.labels.mean()), "test_error_rate": float(test.labels.mean()),
             "test_kinds": _kind_counts(test), "n_subjects_test": int(np.unique(test.subjects).size), **extra}
     return SplitData(name, train, test, fit_idx, val_idx, info)
+
+
+def _benefit_label_info(ds) -> dict[str, Any]:
+    """Where a benefit dataset's labels come from and what "positive" means (split (c) info)."""
+    return {"labels": ds.meta.get("labels"), "label": f"retrieval helps (benefit > {ds.meta.get('min_benefit', 0)})"}
 
 
 def load_datasets(world, cfg: DetectionBenchConfig, progress, only_test: bool = False) -> tuple[Any, Any]:
@@ -446,7 +450,7 @@ def fit_and_score(split: SplitData, cfg: DetectionBenchConfig, model_id: str, pr
             t = _threshold_on(y_tr, sign * free_tr[name])
             thresholds[name] = {"oriented": t, "native": sign * t, "rule": "Youden's J on the train part"}
     return {"y": y_te, "scores": scores, "thresholds": thresholds, "fits": fits, "intervals": intervals,
-            "chosen": chosen, "main_iv": main_iv, "named": named, "key": key, "fixed": fixed}
+            "chosen": chosen, "main_iv": main_iv, "named": named, "fixed": fixed}
 
 
 def evaluate_split(split: SplitData, cfg: DetectionBenchConfig, model_id: str, progress) -> dict[str, Any]:
@@ -459,15 +463,13 @@ def evaluate_folds(name: str, ds, cfg: DetectionBenchConfig, model_id: str, prog
     """k-fold cross-validation by question: every question is tested once, by detectors fitted (and
     thresholded) on the other folds; metrics on the pooled out-of-fold scores, each step judged against its
     own fold's threshold. For small labelled sets (split (c)), where one held-out part has few positives."""
-    from policies.probes.splits import group_split
+    from policies.probes.splits import group_kfold, group_split
 
-    q = np.asarray(ds.question_ids).astype(str)
-    uniq = np.unique(q)
-    if uniq.size < k:
-        raise ValueError(f"split '{name}': {uniq.size} questions cannot make {k} folds")
-    perm = np.random.default_rng(cfg.seed).permutation(uniq.size)
-    fold_of = dict(zip(uniq[perm].tolist(), (np.arange(uniq.size) % k).tolist()))
-    fold = np.array([fold_of[x] for x in q])
+    try:
+        fold = group_kfold(ds.question_ids, k, cfg.seed)
+    except ValueError as e:
+        raise ValueError(f"split '{name}': {e}") from None
+    n_questions = int(np.unique(np.asarray(ds.question_ids).astype(str)).size)
     parts, test_idx, sizes = [], [], []
     for f in range(k):
         te, tr = np.nonzero(fold == f)[0], np.nonzero(fold != f)[0]
@@ -483,10 +485,10 @@ def evaluate_folds(name: str, ds, cfg: DetectionBenchConfig, model_id: str, prog
             "folds": k, "train_steps": int(np.mean([a for a, _, _ in sizes])),
             "fit_steps": int(np.mean([b for _, b, _ in sizes])), "val_steps": int(np.mean([c for _, _, c in sizes])),
             "val_split": "by question, inside each fold's train part", "test_steps": len(test),
-            "train_questions": int(round(uniq.size * (k - 1) / k)), "test_questions": int(uniq.size),
+            "train_questions": int(round(n_questions * (k - 1) / k)), "test_questions": n_questions,
             "train_error_rate": float(ds.labels.mean()), "test_error_rate": float(test.labels.mean()),
             "test_kinds": _kind_counts(test), "n_subjects_test": int(np.unique(test.subjects).size),
-            "labels": ds.meta.get("labels"), "label": f"retrieval helps (benefit > {ds.meta.get('min_benefit', 0)})"}
+            **_benefit_label_info(ds)}
     return report_split(name, info, test, parts, cfg, progress)
 
 

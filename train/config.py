@@ -133,6 +133,8 @@ class TrainConfig(ConfigBase):
     def validate(self) -> None:
         if self.iterations < 1 or self.checkpoint_every < 1 or self.keep_checkpoints < 1:
             raise ConfigError("TrainConfig: iterations, checkpoint_every and keep_checkpoints must be >= 1")
-        if self.env not in ("microworld", "hotpotqa") and ":" not in self.env:
-            raise ConfigError(f"TrainConfig: env must be 'microworld', 'hotpotqa' or 'module:factory', got "
-                              f"'{self.env}'")
+        from envs.registration import PRESETS
+
+        if self.env not in PRESETS and ":" not in self.env:
+            presets = ", ".join(repr(p) for p in PRESETS)
+            raise ConfigError(f"TrainConfig: env must be a preset {presets} or 'module:factory', got '{self.env}'")

@@ -47,17 +47,6 @@ def _label_name(benefit: float, min_benefit: float) -> str:
     return "helps" if benefit > min_benefit else ("hurts" if benefit < 0 else "neutral")
 
 
-def _line_numbers(path: Path) -> dict[int, int]:
-    """question_index -> 1-based line of the label file (for error messages)."""
-    out = {}
-    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        try:
-            out[int(json.loads(line)["question_index"])] = i
-        except (json.JSONDecodeError, KeyError, ValueError):
-            continue
-    return out
-
-
 def benefit_cache_path(cache_dir: str | Path | None, rows: dict[int, dict[str, Any]], env_namespace: str,
                        model_id: str, min_benefit: float) -> Path:
     """The ``.npz`` of a benefit dataset: keyed by every label row's question, step texts and benefits, the
@@ -95,11 +84,15 @@ def benefit_step_dataset(labels_path: str | Path, env_config, cache_dir: str | P
     path = Path(labels_path)
     if not path.is_file():
         raise FileNotFoundError(f"no benefit-label file at {path} (make one with `python -m eval.benefit_labels "
-                                "--config … --split … --out {path}`)")
-    rows = read_done_rows(path)
+                                f"--config … --split … --out {path}`)")
+    lines: dict[int, int] = {}
+    rows = read_done_rows(path, require=("question_id", "quality_never", "steps"), line_of=lines)
     if not rows:
         raise ValueError(f"{path}: no labelled question")
-    lines = _line_numbers(path)
+    for qi, r in rows.items():
+        bad = [s for s in r["steps"] if not isinstance(s, dict) or not {"index", "text", "benefit"} <= set(s)]
+        if bad:
+            raise ValueError(f"{path}:{lines[qi]}: a step without 'index', 'text' or 'benefit': {bad[0]!r}")
     c = components if components is not None else build_components(env_config)
     reasoner = c.reasoner
     if not getattr(reasoner, "capabilities", None) or not reasoner.capabilities.hidden_states:
@@ -113,7 +106,7 @@ def benefit_step_dataset(labels_path: str | Path, env_config, cache_dir: str | P
 
     questions = c.questions
     for qi, r in rows.items():
-        where = f"{path}:{lines.get(qi, '?')}"
+        where = f"{path}:{lines[qi]}"
         if not 0 <= qi < len(questions):
             raise ValueError(f"{where}: question_index {qi} is outside the env's split '{env_config.split}' "
                              f"({len(questions)} questions) — were the labels made on another split?")
@@ -139,7 +132,7 @@ def benefit_step_dataset(labels_path: str | Path, env_config, cache_dir: str | P
                 regenerated.append(qi)
             if not matches(qi, chain):
                 want = [s["text"] for s in rows[qi]["steps"]]
-                raise ValueError(f"{path}:{lines.get(qi, '?')}: the reasoner's closed-book chain for question {qi} "
+                raise ValueError(f"{path}:{lines[qi]}: the reasoner's closed-book chain for question {qi} "
                                  f"is not the labelled one ({[s.text for s in chain]} vs {want}) — labels made "
                                  "with another model or generation settings?")
             chains[qi] = chain

@@ -35,6 +35,20 @@ def group_split(groups: Sequence, val_frac: float = 0.3, seed: int = 0) -> tuple
     return np.nonzero(~is_val)[0], np.nonzero(is_val)[0]
 
 
+def group_kfold(groups: Sequence, k: int, seed: int = 0) -> np.ndarray:
+    """The fold (0 … k−1) of every item, whole groups (questions) in one fold, fold sizes within one group.
+
+    Deterministic for a given ``seed`` and group set (independent of the items' order).
+    """
+    g = np.asarray(groups).astype(str)
+    uniq = np.unique(g)
+    if k < 2 or uniq.size < k:
+        raise ValueError(f"{uniq.size} groups cannot make {k} folds (need k >= 2 and at least k groups)")
+    perm = np.random.default_rng(seed).permutation(uniq.size)
+    fold_of = dict(zip(uniq[perm].tolist(), (np.arange(uniq.size) % k).tolist()))
+    return np.array([fold_of[x] for x in g], dtype=np.int64)
+
+
 def entity_disjoint_split(subjects: Sequence, test_frac: float = 0.3, seed: int = 0
                           ) -> tuple[np.ndarray, np.ndarray]:
     """Indices ``(train, test)`` such that no subject entity of a test step is the subject of a train step.

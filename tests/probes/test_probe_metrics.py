@@ -88,3 +88,39 @@ def test_entity_disjoint_split():
     s = np.array(["" if x is None else x for x in subjects])
     assert not set(s[tr]) & set(s[te])
     assert 0.3 <= len(te) / 500 < 0.4 and len(tr) + len(te) == 500
+
+
+def test_group_kfold_keeps_groups_whole_and_balances_folds():
+    import numpy as np
+    import pytest
+
+    from policies.probes.splits import group_kfold
+
+    groups = np.repeat([f"q{i}" for i in range(11)], [1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2])
+    fold = group_kfold(groups, 5, seed=0)
+    for g in np.unique(groups):
+        assert np.unique(fold[groups == g]).size == 1                       # a question sits in one fold
+    per_fold = [np.unique(groups[fold == f]).size for f in range(5)]
+    assert sorted(per_fold) == [2, 2, 2, 2, 3]                             # 11 questions over 5 folds
+    assert np.array_equal(fold, group_kfold(groups, 5, seed=0))
+    assert np.array_equal(fold[::-1], group_kfold(groups[::-1], 5, seed=0))  # order-independent
+    with pytest.raises(ValueError, match="cannot make 12 folds"):
+        group_kfold(groups, 12)
+
+
+def test_read_done_rows_names_the_line_of_a_row_without_a_required_field(tmp_path):
+    import json
+
+    import pytest
+
+    from envs.io import read_done_rows
+
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps({"question_index": 0, "steps": []}) + "\n" + json.dumps({"question_index": 1}) + "\n")
+    lines: dict[int, int] = {}
+    assert set(read_done_rows(path, line_of=lines)) == {0, 1} and lines == {0: 1, 1: 2}
+    with pytest.raises(ValueError, match=r"rows.jsonl:2: row without 'steps'"):
+        read_done_rows(path, require=("steps",))
+    path.write_text(json.dumps({"steps": []}) + "\n" + json.dumps({"question_index": 1}) + "\n")
+    with pytest.raises(ValueError, match=r"rows.jsonl:1: row without 'question_index'"):
+        read_done_rows(path)
