@@ -35,6 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="env steps per cold measurement on the HotpotQA preset (SmolLM2-135M; 0 = skip)")
     p.add_argument("--repeats", type=int, default=3,
                    help="cold-cache measurements per batch size, interleaved b1/b8 (medians are reported)")
+    p.add_argument("--profile", action="store_true",
+                   help="also profile a cold run at batch 1 and 8: forward passes per round, rows per forward, "
+                        "active row slots, generation's share of the time")
     p.add_argument("--out", default="runs/bench/env_bench.json", help="JSON output")
     p.set_defaults(func=_main)
 
@@ -79,8 +82,45 @@ def interleaved_throughput(make, steps: int, repeats: int, batches: tuple[int, .
     return out
 
 
+def profile_batched(make, model, batch: int, steps: int, seed: int = 11) -> dict[str, Any]:
+    """Where a cold batched run spends its time: cProfile's share of ``generate_steps`` (the LM's forward
+    passes and decoding), forward passes per round, rows per forward and the share of row slots still
+    generating (rows that ended their line ride along as padding). ``model`` is the reasoner's LM (its
+    ``forward`` is wrapped to count; restored afterwards)."""
+    import cProfile
+    import pstats
+
+    counts: list[tuple[int, int]] = []  # (rows, rows still generating) per forward
+    orig = model.forward
+
+    def counting(*a, **kw):
+        ids, mask = kw.get("input_ids"), kw.get("attention_mask")
+        active = int(mask[:, -1].sum()) if ids is not None and mask is not None and ids.shape[1] == 1 else ids.shape[0]
+        counts.append((int(ids.shape[0]), active))
+        return orig(*a, **kw)
+
+    model.forward = counting
+    prof = cProfile.Profile()
+    try:
+        prof.enable()
+        _, done = steps_per_second(make, batch, steps, seed=seed)
+        prof.disable()
+    finally:
+        model.forward = orig
+    stats = pstats.Stats(prof).stats
+    total = max(v[3] for v in stats.values())  # cumulative time of the outermost call
+    gen = sum(v[3] for (f, _, name), v in stats.items() if name == "generate_steps" and f.endswith("stepgen.py"))
+    rows = np.array(counts) if counts else np.zeros((0, 2))
+    rounds = done / batch
+    return {"batch": batch, "steps": done, "forwards": len(counts),
+            "forwards_per_round": round(len(counts) / max(rounds, 1), 2),
+            "mean_rows_per_forward": round(float(rows[:, 0].mean()), 2) if len(rows) else 0.0,
+            "active_slot_share": round(float(rows[:, 1].sum() / max(rows[:, 0].sum(), 1)), 3),
+            "generate_steps_time_share": round(gen / total, 3) if total else 0.0}
+
+
 def run(artifact: str | None, steps: int, episodes: int, oracle_questions: int, out: str | None,
-        pool: int = 128, hotpotqa_steps: int = 0, repeats: int = 3) -> dict[str, Any]:
+        pool: int = 128, hotpotqa_steps: int = 0, repeats: int = 3, profile: bool = False) -> dict[str, Any]:
     import torch
 
     from envs.components import build_components
@@ -102,6 +142,8 @@ def run(artifact: str | None, steps: int, episodes: int, oracle_questions: int, 
     res["cold_batch1_steps_s"], res["cold_batch8_steps_s"] = cold["batch1_wall_steps_s"], cold["batch8_wall_steps_s"]
     res["batch8_over_batch1"] = cold["ratio_wall"]
     res["batch8_over_batch1_cpu"] = cold["ratio_cpu"]
+    if profile:
+        res["profile"] = {f"batch{b}": profile_batched(make_cold, comps.reasoner.model, b, steps) for b in (1, 8)}
     # 2. warm cache: the same episodes again on the same cache
     warm_env = make_batched(8, base, comps)
     steps_per_second(lambda b: warm_env, 8, steps, seed=12)          # fill
@@ -166,6 +208,10 @@ def format_table(res: dict[str, Any]) -> str:
     for k in ("hotpotqa_cold_batch1_steps_s", "hotpotqa_cold_batch8_steps_s", "hotpotqa_batch8_over_batch1"):
         if k in res:
             lines.append(f"| {k} | {res[k]} |")
+    for name, p in res.get("profile", {}).items():
+        lines.append(f"| profile {name}: forwards/round, rows/forward, active slots, generation time share | "
+                     f"{p['forwards_per_round']}, {p['mean_rows_per_forward']}, {p['active_slot_share']}, "
+                     f"{p['generate_steps_time_share']} |")
     tr = res["training_run"]
     lines.append(f"| training-like run hit rate ({tr['episodes']} episodes, pool {tr['pool']}) | {tr['hit_rate']} |")
     lines += ["", f"Oracle vs fixed policies ({res['oracle']['n_questions']} dev questions, λ_retrieval = 0.1)", "",
@@ -178,7 +224,7 @@ def format_table(res: dict[str, Any]) -> str:
 
 def _main(args) -> int:
     res = run(args.artifact, args.steps, args.episodes, args.oracle_questions, args.out, args.pool,
-              args.hotpotqa_steps, args.repeats)
+              args.hotpotqa_steps, args.repeats, args.profile)
     print(format_table(res))
     log.info("wrote %s", Path(args.out).resolve() if args.out else "-")
     return 0

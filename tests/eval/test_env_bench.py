@@ -28,3 +28,20 @@ def test_interleaved_throughput_reports_medians_and_ratios():
         lo, hi = res[f"ratio_{kind}_range"]
         assert lo <= res[f"ratio_{kind}"] <= hi
     assert 4 < res["ratio_cpu"] < 12  # 8 env steps per call at the same cost per call
+
+
+def test_profile_counts_forward_passes_and_restores_the_model():
+    from envs.components import build_components
+    from envs.env_config import EnvConfig
+    from envs.vector import make_batched
+    from eval.env_bench import profile_batched
+
+    cfg = EnvConfig(split="test", signals=["output"], rsus_components=["ent"])
+    comps = build_components(cfg)
+    model = comps.reasoner.model
+    forward = model.forward
+    p = profile_batched(lambda b: make_batched(b, cfg, comps), model, batch=4, steps=16)
+    assert model.forward == forward  # the counting wrapper is removed
+    assert p["steps"] == 16 and p["forwards"] > 0 and p["forwards_per_round"] >= 1
+    assert 1 <= p["mean_rows_per_forward"] <= 4 and 0 < p["active_slot_share"] <= 1
+    assert 0 < p["generate_steps_time_share"] <= 1
