@@ -19,7 +19,13 @@ log = logging.getLogger(__name__)
 
 #: observation group -> signal names whose vectors are concatenated into it
 GROUP_SIGNALS = {"pulse": ["pulse"], "output": ["output"], "rsus": ["rsus"], "coe": ["coe_r", "coe_c"],
-                 "eigen": ["eigenscore"], "rind": ["rind"]}
+                 "eigen": ["eigenscore"], "rind": ["rind"], "step_embedding": ["step_embedding"],
+                 "context_embedding": ["context_embedding"]}
+#: observation groups the env fills per *episode* from a record group of the episode's first step:
+#: the question's embedding is the context embedding of step 1 (the state after reading the question)
+EPISODE_GROUPS = {"question_embedding": "context_embedding"}
+#: record groups stored in half precision (hidden-state embeddings: large, read only by a learned projection)
+HALF_GROUPS = ("step_embedding", "context_embedding")
 #: scalar signals exposed in info["signals"] (for threshold triggers): name -> (signal, index)
 SCALARS = {"ppl": ("output", 0), "maxprob": ("output", 1), "entropy": ("output", 2), "minprob": ("output", 3),
            "rsus": ("rsus", 0), "u_verb": ("rsus", 1), "u_ent": ("rsus", 2), "u_cons": ("rsus", 3),
@@ -86,7 +92,7 @@ class Components:
         feats, mask = {}, {}
         for g in self.feature_dims:
             parts = GROUP_SIGNALS[g]
-            feats[g] = np.concatenate([sig[n] for n in parts]).astype(np.float32)
+            feats[g] = np.concatenate([sig[n] for n in parts]).astype(np.float16 if g in HALF_GROUPS else np.float32)
             mask[g] = float(min(m[n] for n in parts))
         scalars = {k: float(sig[s][i]) for k, (s, i) in SCALARS.items() if s in sig and m.get(s, 0) > 0}
         # RSUS components that could not be computed are masked individually (their slot is 0)
@@ -105,6 +111,26 @@ class Components:
 QA_TASKS = ("hotpotqa", "medmcqa")
 
 
+def record_groups(config: EnvConfig) -> list[str]:
+    """The observation groups a step record stores (``content`` = the three embedding fields; the question's is
+    taken by the env from the episode's first record, so records store the step and context ones)."""
+    out: list[str] = []
+    for g in config.signals:
+        for x in (("step_embedding", "context_embedding") if g == "content" else (g,)):
+            if x not in out:
+                out.append(x)
+    return out
+
+
+def observation_groups(config: EnvConfig, feature_dims: dict[str, int]) -> dict[str, int]:
+    """Every observation group and its dimension: the record groups plus the episode groups of ``content``."""
+    dims = dict(feature_dims)
+    if "content" in config.signals:
+        for g, src in EPISODE_GROUPS.items():
+            dims[g] = feature_dims[src]
+    return dims
+
+
 def build_components(config: EnvConfig) -> Components:
     """Components of an env config (micro-world or HotpotQA task)."""
     if config.task == "microworld":
@@ -120,7 +146,7 @@ def _extractor(config: EnvConfig, reasoner, n_layers: int, hidden: int, corpus_t
     from agents.signals.extractor import SignalExtractor
     from agents.signals.rsus import RSUSConfig
 
-    names = [n for g in config.signals for n in GROUP_SIGNALS[g]]
+    names = [n for g in record_groups(config) for n in GROUP_SIGNALS[g]]
     rsus_cfg = RSUSConfig(w_verb=0.40 if "verb" in config.rsus_components else 0.0,
                           w_ent=0.35 if "ent" in config.rsus_components else 0.0,
                           w_cons=0.25 if "cons" in config.rsus_components else 0.0, seed=config.seed)
@@ -140,6 +166,9 @@ def _extractor(config: EnvConfig, reasoner, n_layers: int, hidden: int, corpus_t
             return micro_sample_states(_r, state, k=EIGEN_SAMPLES, seed=_seed, greedy=step)
 
         options["eigenscore"] = {"states_fn": states_fn}
+    for n in ("step_embedding", "context_embedding"):
+        if n in names and config.content_layers:
+            options[n] = {"layers": tuple(config.content_layers)}
     return SignalExtractor(names, reasoner.capabilities, backend=backend, options=options,
                            context={"n_layers": n_layers, "hidden_size": hidden})
 
@@ -159,6 +188,8 @@ def _namespace(kind: str, identity, config: EnvConfig) -> str:
     if not config.compress_evidence:  # off (the default): the namespace of runs made before the option existed
         outcome_fields.pop("compress_evidence", None)
         outcome_fields.pop("tau_rel", None)
+    if outcome_fields.get("content_layers") is None:  # default layers (or content off): as before the field
+        outcome_fields.pop("content_layers", None)
     if any(m.startswith("gen:") for m in config.query_modes):  # a generative QueryGen: its weights, not its path
         from agents.query import mode_identity
 
@@ -189,7 +220,7 @@ def _qa(config: EnvConfig) -> Components:
     hidden = getattr(mc, "hidden_size", 0) or 0
     extractor = _extractor(config, reasoner, n_layers, hidden, [p.text for p in corpus], config.reasoner)
     dims = extractor.dims
-    feature_dims = {g: sum(dims[n] for n in GROUP_SIGNALS[g]) for g in config.signals}
+    feature_dims = {g: sum(dims[n] for n in GROUP_SIGNALS[g]) for g in record_groups(config)}
     ident = getattr(reasoner, "model_id", config.reasoner)
     probes = {}
     if config.probes:  # e.g. trained on retrieval-benefit labels: `kairos probe train --benefit-labels …`
@@ -247,7 +278,7 @@ def _microworld(config: EnvConfig) -> Components:
     extractor = _extractor(config, reasoner, n_layers, world.model.config.hidden_size, [p.text for p in corpus],
                            "micro")
     dims = extractor.dims
-    feature_dims = {g: sum(dims[n] for n in GROUP_SIGNALS[g]) for g in config.signals}
+    feature_dims = {g: sum(dims[n] for n in GROUP_SIGNALS[g]) for g in record_groups(config)}
     ns = _namespace("micro", [world.train_info, str(world.path)], config)
     probes = {}
     if config.probes:

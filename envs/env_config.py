@@ -6,6 +6,9 @@ from dataclasses import dataclass
 
 from envs.config import ConfigBase, ConfigError, helpf
 
+#: the values ``EnvConfig.signals`` accepts (observation groups; ``content`` = the three embedding fields)
+OBSERVATION_GROUPS = ("pulse", "output", "rsus", "coe", "eigen", "rind", "content")
+
 
 @dataclass
 class EnvConfig(ConfigBase):
@@ -34,8 +37,13 @@ class EnvConfig(ConfigBase):
     cost_params: dict[str, dict] = helpf({}, "cost name -> constructor kwargs")
     signals: list[str] = helpf(["pulse", "output", "rsus"], "observation groups: pulse, output, rsus, coe, eigen (SeaKR EigenScore, "
                                                                  "micro-world only), rind (DRAGIN, "
-                                                                 "reasoner hf)")
+                                                                 "reasoner hf), content (question_embedding, "
+                                                                 "step_embedding, context_embedding: what the "
+                                                                 "step is about, from the generation pass)")
     pulse_layers: list[int] | None = helpf(None, "PUlSE layer interval [a, b] (default: the whole stack)")
+    content_layers: list[int] | None = helpf(None, "layers of the content embeddings (group 'content': question, "
+                                                   "step and context embeddings from the reasoner's own hidden "
+                                                   "states; default: the middle and the last layer)")
     rsus_components: list[str] = helpf(["ent", "cons"], "RSUS parts to compute (verb needs a proxy or a chatty LM)")
     probes: dict[str, str] = helpf({}, "learned detectors to expose as signals: name -> saved probe directory "
                                        "(e.g. {pulse_prob: runs/probes/pulse}); checked against the reasoner")
@@ -54,8 +62,12 @@ class EnvConfig(ConfigBase):
             raise ConfigError("EnvConfig: max_retrievals_per_step must be >= 1")
         if not self.query_modes:
             raise ConfigError("EnvConfig: query_modes must name at least one query formulation")
-        bad = [s for s in self.signals if s not in ("pulse", "output", "rsus", "coe", "eigen", "rind")]
+        bad = [s for s in self.signals if s not in OBSERVATION_GROUPS]
         if bad:
-            raise ConfigError(f"EnvConfig: unknown observation group '{bad[0]}' (valid: pulse, output, rsus, coe, eigen, rind)")
+            raise ConfigError(f"EnvConfig: unknown observation group '{bad[0]}' in 'signals' (valid: "
+                              f"{', '.join(OBSERVATION_GROUPS)})")
+        if self.content_layers is not None and (not self.content_layers or min(self.content_layers) < 0):
+            raise ConfigError(f"EnvConfig: content_layers must be a non-empty list of layer indices >= 0, got "
+                              f"{self.content_layers}")
         if self.pulse_layers is not None and (len(self.pulse_layers) != 2 or self.pulse_layers[0] >= self.pulse_layers[1]):
             raise ConfigError(f"EnvConfig: pulse_layers must be [a, b] with a < b, got {self.pulse_layers}")

@@ -28,6 +28,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from envs.components import EPISODE_GROUPS, observation_groups
 from envs.costs import CostEvent, CostModel, modelled_seconds
 from envs.env_config import EnvConfig
 from envs.trajectory_cache import TrajectoryCache
@@ -107,7 +108,7 @@ class RetrievalTimingEnv(gym.Env):
         self.render_mode = render_mode
         self.costs = CostModel(self.config.costs, self.config.cost_params)
         self.cache = TrajectoryCache(self.config.cache_path, namespace=self.c.namespace)
-        dims = self.c.feature_dims  # group -> dim
+        dims = observation_groups(self.config, self.c.feature_dims)  # group -> dim (records' + episode groups)
         obs = {g: spaces.Box(-np.inf, np.inf, shape=(d,), dtype=np.float32) for g, d in dims.items()}
         obs["history"] = spaces.Box(0.0, np.inf, shape=(HISTORY_DIM,), dtype=np.float32)
         obs["mask"] = spaces.Box(0.0, 1.0, shape=(len(dims),), dtype=np.float32)
@@ -169,6 +170,9 @@ class RetrievalTimingEnv(gym.Env):
         self._used: list[str] = []
         self._episode: list[dict[str, Any]] = []
         rec = yield from self._get_or_generate(kind="start")
+        # episode-level content: the question's embedding is the context embedding of the first step
+        self._episode_feats = {g: (rec.features[src], rec.mask[src]) for g, src in EPISODE_GROUPS.items()
+                               if g in self.groups}
         self._tokens += rec.n_tokens
         self._seconds += rec.seconds
         self._record = rec
@@ -345,10 +349,11 @@ class RetrievalTimingEnv(gym.Env):
 
     def _obs(self) -> dict[str, np.ndarray]:
         rec = self._record
-        obs = {g: np.asarray(rec.features[g], dtype=np.float32) for g in self.groups}
+        feats = {**{g: (rec.features[g], rec.mask[g]) for g in rec.features}, **self._episode_feats}
+        obs = {g: np.asarray(feats[g][0], dtype=np.float32) for g in self.groups}
         obs["history"] = np.array([self._n_accepted + 1, self._retrievals, self._tokens / 100.0,
                                    self._since_retrieval], dtype=np.float32)
-        obs["mask"] = np.array([rec.mask[g] for g in self.groups], dtype=np.float32)
+        obs["mask"] = np.array([feats[g][1] for g in self.groups], dtype=np.float32)
         return obs
 
     def _info(self, costs: dict[str, float], capped: bool = False, quality: float | None = None,

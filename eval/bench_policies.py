@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from envs.config import ConfigBase, ConfigError, helpf
+from envs.env_config import EnvConfig
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,13 @@ class MethodSpec(ConfigBase):
                           "it gets its own components and trajectory-cache namespace")
     querygen: bool = helpf(False, "learned: also choose the query mode with the policy's QueryGen head (the env "
                                   "runs with querygen on; path must hold an export with the query head)")
+    query_mode: str | None = helpf(None, "retrieve with this query formulation (one of env.query_modes; null: "
+                                         "the env's default, its first) — e.g. a learned policy trained with it")
+    query_modes: list[str] = helpf([], "threshold: calibrate the query formulation on dev too — the (mode, "
+                                       "threshold) pair with the best dev reward is evaluated on test; 'all' = "
+                                       "every env query mode")
+    calibrate: bool = helpf(False, "learned: calibrate the retrieve-probability threshold on dev (grid "
+                                   "'thresholds', default 0.05…0.95) instead of the greedy 0.5")
 
     def validate(self) -> None:
         if not self.name:
@@ -99,6 +107,17 @@ class MethodSpec(ConfigBase):
             raise ConfigError(f"MethodSpec '{self.name}': a random method needs exactly one of 'match' or 'p'")
         if self.kind == "learned" and not self.path:
             raise ConfigError(f"MethodSpec '{self.name}': a learned method needs 'path' (an exported policy)")
+        if self.query_modes and self.kind != "threshold":
+            raise ConfigError(f"MethodSpec '{self.name}': query_modes (calibrating the query mode) is for threshold "
+                              f"methods; use query_mode to fix one")
+        if self.query_modes and self.query_mode:
+            raise ConfigError(f"MethodSpec '{self.name}': give query_mode (fixed) or query_modes (calibrated), not both")
+        if self.query_mode and self.querygen:
+            raise ConfigError(f"MethodSpec '{self.name}': query_mode fixes the mode, querygen lets the policy choose "
+                              f"it — not both")
+        if self.calibrate and self.kind != "learned":
+            raise ConfigError(f"MethodSpec '{self.name}': calibrate is for learned methods (threshold methods are "
+                              f"always calibrated)")
 
 
 @dataclass
@@ -134,6 +153,12 @@ class BenchConfig(ConfigBase):
         for m in self.methods:
             if m.kind == "random" and m.match is not None and m.match not in names:
                 raise ConfigError(f"BenchConfig: method '{m.name}' matches unknown method '{m.match}'")
+        modes = list(self.env.get("query_modes") or EnvConfig().query_modes)
+        for m in self.methods:
+            for q in ([m.query_mode] if m.query_mode else []) + [q for q in m.query_modes if q != "all"]:
+                if q not in modes:
+                    raise ConfigError(f"BenchConfig: method '{m.name}' names query mode '{q}', which is not one of "
+                                      f"env.query_modes {modes}")
         d, t = parse_slice(self.dev, "dev"), parse_slice(self.test, "test")
         if set(d) & set(t):
             raise ConfigError(f"BenchConfig: dev {self.dev} and test {self.test} overlap")
@@ -180,7 +205,8 @@ def make_trigger(m: MethodSpec, threshold: float | None = None, p: float | None 
             raise FileNotFoundError(f"method '{m.name}': no exported policy at {path} (train one with "
                                     "`kairos train --config configs/train_microworld.yaml`; it writes "
                                     "<out_dir>/policy_trigger)")
-        t = LearnedTrigger.load(path, name=m.name, querygen=m.querygen)
+        t = LearnedTrigger.load(path, name=m.name, querygen=m.querygen,
+                                threshold=0.5 if threshold is None else float(threshold))
         if m.querygen and t.net.query_head is None:
             raise ValueError(f"method '{m.name}': querygen is on but {path} has no query head (export the "
                              "run's 'policy' directory of a QueryGen run, not 'policy_trigger')")
@@ -256,11 +282,17 @@ class Runner:
         return self._variants[key]
 
     def run(self, trigger, split: str, questions: range, tag: str | None = None, querygen: bool = False,
-            env: dict | None = None) -> dict[str, Any]:
+            env: dict | None = None, mode: str | None = None) -> dict[str, Any]:
+        """One (method, split) run. ``mode``: retrieve with that query formulation (the env runs with QueryGen
+        actions, the trigger's mode fixed; same trajectory-cache namespace as the env's default mode)."""
+        from policies.triggers import FixedModeTrigger
         from train.evaluate import evaluate_policy
 
         name = _slug(tag or trigger.name)
         env_config, components = self._with_overrides(env)
+        if mode is not None:
+            trigger = FixedModeTrigger(trigger, list(env_config.query_modes).index(mode), mode)
+            querygen = True
         if querygen:
             env_config = env_config.replace(querygen=True)
         return evaluate_policy(trigger, env_config, list(questions), batch_size=self.cfg.batch_size,
@@ -315,30 +347,57 @@ class _Skip(Exception):
     """A method that cannot run here (its reason goes into the report)."""
 
 
+def _modes(m: MethodSpec, runner: Runner) -> list[str | None]:
+    """The query modes a method is calibrated over (``[None]``: the env's default mode)."""
+    if m.query_mode:
+        return [m.query_mode]
+    if not m.query_modes:
+        return [None]
+    return list(runner.env_config.query_modes) if "all" in m.query_modes else list(m.query_modes)
+
+
+def _tag(name: str, mode: str | None, suffix: str) -> str:
+    return f"{name}[{mode}]@{suffix}" if mode else f"{name}@{suffix}"
+
+
+#: learned policies' retrieve-probability grid when ``calibrate`` is on and no ``thresholds`` are given
+PROB_GRID = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
+
+
+def _calibrate(m: MethodSpec, runner: Runner, dev: range, grid: list[float], modes: list[str | None]
+               ) -> tuple[float, str | None, list[dict]]:
+    """Sweep (mode, threshold) on dev; the best by reward (ties: fewer calls)."""
+    sweep = []
+    for mode in modes:
+        for t in grid:
+            r = runner.run(make_trigger(m, threshold=t), "dev", dev, tag=_tag(m.name, mode, f"{t:.6g}"), env=m.env,
+                           mode=mode)
+            sweep.append({"threshold": t, "mode": mode, "accuracy": r["accuracy"], "calls": r["calls_per_question"],
+                          "reward": r["reward"]})
+    best = max(sweep, key=lambda s: (s["reward"], -s["calls"]))
+    return best["threshold"], best["mode"], sweep
+
+
 def _run_method(m: MethodSpec, runner: Runner, cot_dev, dev, test, results, calib, lam) -> dict[str, Any]:
+    modes = _modes(m, runner)
     if m.kind == "threshold":
         grid = m.thresholds or auto_grid(cot_dev["episodes"], m.signal, m.direction)
-        if m.fixed_threshold is not None:
-            chosen, sweep = float(m.fixed_threshold), []
-        else:
-            if not grid:
-                raise _Skip(f"signal '{m.signal}' has no finite values on dev")
-            sweep = []
-            for t in grid:
-                r = runner.run(make_trigger(m, threshold=t), "dev", dev, tag=f"{m.name}@{t:.6g}", env=m.env)
-                sweep.append({"threshold": t, "accuracy": r["accuracy"], "calls": r["calls_per_question"],
-                              "reward": r["reward"]})
-            best = max(sweep, key=lambda s: (s["reward"], -s["calls"]))
-            chosen = best["threshold"]
-        calib[m.name] = {"grid": grid, "sweep": sweep, "chosen": chosen}
-        log.info("%s: threshold %.6g (%s)", m.name, chosen,
+        if m.fixed_threshold is None and not grid:
+            raise _Skip(f"signal '{m.signal}' has no finite values on dev")
+        chosen, mode, sweep = _calibrate(m, runner, dev, [m.fixed_threshold] if m.fixed_threshold is not None
+                                         else grid, modes)
+        best = max(sweep, key=lambda s: (s["reward"], -s["calls"]))
+        calib[m.name] = {"grid": grid, "sweep": sweep, "chosen": chosen, "mode": mode, "dev_reward": best["reward"]}
+        log.info("%s: threshold %.6g%s (%s)", m.name, chosen, f", query mode {mode}" if mode else "",
                  "fixed by the config" if m.fixed_threshold is not None else "calibrated on dev")
-        res = runner.run(make_trigger(m, threshold=chosen), "test", test, tag=f"{m.name}@{chosen:.6g}", env=m.env)
-        res["threshold"] = chosen
+        res = runner.run(make_trigger(m, threshold=chosen), "test", test, tag=_tag(m.name, mode, f"{chosen:.6g}"),
+                         env=m.env, mode=mode)
+        res["threshold"], res["query_mode"] = chosen, mode
         if runner.cfg.test_curves and grid:
             curve = []
             for t in sorted(set(grid) | {chosen}):
-                r = runner.run(make_trigger(m, threshold=t), "test", test, tag=f"{m.name}@{t:.6g}", env=m.env)
+                r = runner.run(make_trigger(m, threshold=t), "test", test, tag=_tag(m.name, mode, f"{t:.6g}"),
+                               env=m.env, mode=mode)
                 curve.append({"threshold": t, "accuracy": r["accuracy"], "calls": r["calls_per_question"]})
             res["curve"] = sorted(curve, key=lambda c: c["calls"])
         return res
@@ -346,14 +405,28 @@ def _run_method(m: MethodSpec, runner: Runner, cot_dev, dev, test, results, cali
         p = m.p if m.p is not None else retrieval_rate(results[m.match]["episodes"]) if m.match in results else None
         if p is None:
             raise _Skip(f"the matched method '{m.match}' did not run")
-        runs = [runner.run(make_trigger(m, p=p, seed=s), "test", test, tag=f"{m.name}@p{p:.4f}_s{s}")
-                for s in range(m.seeds)]
+        mode = modes[0]
+        runs = [runner.run(make_trigger(m, p=p, seed=s), "test", test, tag=_tag(m.name, mode, f"p{p:.4f}_s{s}"),
+                           env=m.env, mode=mode) for s in range(m.seeds)]
         return _average_seeds(runs, p)
     if m.kind == "cache_oracle":
+        if m.env or m.query_mode:  # a silently ignored override printed the default oracle's numbers before
+            raise ConfigError(f"method '{m.name}': kind cache_oracle searches the bench env's own decision tree; "
+                              "it takes no 'env' or 'query_mode' override")
         return _cache_oracle(runner, test, lam)
     if m.kind == "learned" and m.select_on_dev:
-        return _select_learned(m, runner, dev, test, calib)
-    return runner.run(make_trigger(m), "test", test, tag=m.name, querygen=m.querygen, env=m.env)
+        return _select_learned(m, runner, dev, test, calib, modes[0])
+    if m.kind == "learned" and m.calibrate:
+        chosen, mode, sweep = _calibrate(m, runner, dev, list(m.thresholds or PROB_GRID), modes)
+        best = max(sweep, key=lambda s: (s["reward"], -s["calls"]))
+        calib[m.name] = {"grid": list(m.thresholds or PROB_GRID), "sweep": sweep, "chosen": chosen,
+                         "dev_reward": best["reward"]}
+        res = runner.run(make_trigger(m, threshold=chosen), "test", test, tag=_tag(m.name, mode, f"{chosen:.6g}"),
+                         env=m.env, mode=mode)
+        res["threshold"] = chosen
+        return res
+    return runner.run(make_trigger(m), "test", test, tag=_tag(m.name, modes[0], "greedy") if modes[0] else m.name,
+                      querygen=m.querygen, env=m.env, mode=modes[0])
 
 
 def snapshot_candidates(path: str | Path) -> list[Path]:
@@ -363,7 +436,8 @@ def snapshot_candidates(path: str | Path) -> list[Path]:
     return [p for p in snaps if (p / "spec.json").is_file()] + [path]
 
 
-def _select_learned(m: MethodSpec, runner: Runner, dev: range, test: range, calib: dict) -> dict[str, Any]:
+def _select_learned(m: MethodSpec, runner: Runner, dev: range, test: range, calib: dict, mode: str | None = None
+                    ) -> dict[str, Any]:
     """Evaluate every candidate export on dev, keep the best by reward at the policy's own training λ
     (``m.lam``; else the bench's) — ties: fewer calls — and run it on test."""
     import dataclasses
@@ -372,15 +446,17 @@ def _select_learned(m: MethodSpec, runner: Runner, dev: range, test: range, cali
     sweep = []
     for c in snapshot_candidates(m.path):
         spec = dataclasses.replace(m, path=str(c), select_on_dev=False)
-        r = runner.run(make_trigger(spec), "dev", dev, tag=f"{m.name}@{c.parent.name}_{c.name}")
+        r = runner.run(make_trigger(spec), "dev", dev, tag=_tag(m.name, mode, f"{c.parent.name}_{c.name}"), env=m.env,
+                       mode=mode)
         sweep.append({"path": str(c), "accuracy": r["accuracy"], "calls": r["calls_per_question"],
                       "reward": r["accuracy"] - lam * r["calls_per_question"]})
     best = max(sweep, key=lambda s: (s["reward"], -s["calls"]))
-    calib[m.name] = {"candidates": sweep, "chosen": best["path"]}
+    calib[m.name] = {"candidates": sweep, "chosen": best["path"], "dev_reward": best["reward"]}
     log.info("%s: selected %s on dev (reward %.3f of %d candidates)", m.name, best["path"], best["reward"],
              len(sweep))
     spec = dataclasses.replace(m, path=best["path"], select_on_dev=False)
-    res = runner.run(make_trigger(spec), "test", test, tag=f"{m.name}@{Path(best['path']).name}")
+    res = runner.run(make_trigger(spec), "test", test, tag=_tag(m.name, mode, Path(best["path"]).name), env=m.env,
+                     mode=mode)
     res["selected"] = best["path"]
     return res
 
@@ -448,6 +524,8 @@ def summarize(cfg: BenchConfig, runner: Runner, results: dict[str, dict], calib:
             "f1_per_call": (r["accuracy"] - ref_acc) / calls if calls > 0 and name != ref else None,
             "recall_at_k": _evidence_recall(runner, r["episodes"]), "threshold": r.get("threshold"), "curve": r.get("curve"),
             "lambda": m.lam if m.kind == "learned" else None,
+            "harm_rate": (float(np.mean(qual[name] < qual[ref] - 1e-9)) if ref and name != ref else None),
+            "query_mode": r.get("query_mode") or m.query_mode, "dev_reward": calib.get(name, {}).get("dev_reward"),
         }
         if m.kind == "random":
             methods[name]["p"] = r["p"]
@@ -464,19 +542,36 @@ def summarize(cfg: BenchConfig, runner: Runner, results: dict[str, dict], calib:
     matched = [{"budget": b, "method": k, "accuracy": stats.accuracy_at_budget(curves[k], b)}
                for b in budgets for k in methods]
     dominance = _dominance(methods, curves, _learned_groups(kinds, learned), fixed)
-    best_fixed = max(fixed, key=lambda k: methods[k]["reward"]) if fixed else None
-    notes = [f"Reward = quality − {cfg.lambda_retrieval:g} · retrieval calls. Thresholds calibrated on dev "
-             f"{cfg.dev} (best reward), evaluated on test {cfg.test}."]
+    # the best fixed trigger is chosen on DEV (its calibrated dev reward), then reported on test: choosing it on
+    # test would hand the fixed side a selection bias the learned side does not get
+    best_fixed = max(fixed, key=lambda k: (calib.get(k, {}).get("dev_reward", -np.inf), -methods[k]["calls"])
+                     ) if fixed else None
+    notes = [f"Reward = quality − {cfg.lambda_retrieval:g} · retrieval calls. Thresholds (and query modes where "
+             f"listed) calibrated on dev {cfg.dev} (best reward), evaluated on test {cfg.test}. Harm rate: share of "
+             f"test questions whose quality is below {ref}'s."]
     if best_fixed:
-        notes.append(f"Best calibrated fixed trigger on test reward: {best_fixed} "
-                     f"({methods[best_fixed]['reward']:.3f}).")
+        mode = methods[best_fixed].get("query_mode")
+        notes.append(f"Best fixed trigger (chosen on dev reward {calib[best_fixed]['dev_reward']:.3f}): {best_fixed}"
+                     f"{f' with {mode} queries' if mode else ''} — test reward {methods[best_fixed]['reward']:.3f}.")
+    oracle = next((k for k in results if kinds[k].kind == "cache_oracle"), None)
+    gap = {}
     for k in learned:
         if best_fixed:
             d = stats.paired_bootstrap(np.array([e["reward"] for e in results[k]["episodes"]]),
                                        np.array([e["reward"] for e in results[best_fixed]["episodes"]]),
                                        n_resamples=cfg.n_resamples, seed=cfg.seed)
-            notes.append(f"{k} − {best_fixed} on reward: {d['diff']:+.3f} [95% CI {d['lo']:+.3f}, {d['hi']:+.3f}]"
-                         f", p = {d['p_value']:.4f} (paired bootstrap).")
+            line = (f"{k} − {best_fixed} on reward: {d['diff']:+.3f} [95% CI {d['lo']:+.3f}, {d['hi']:+.3f}]"
+                    f", p = {d['p_value']:.4f} (paired bootstrap)")
+            if oracle:
+                g = stats.gap_fraction([e["reward"] for e in results[k]["episodes"]],
+                                       [e["reward"] for e in results[best_fixed]["episodes"]],
+                                       [e["reward"] for e in results[oracle]["episodes"]],
+                                       n_resamples=cfg.n_resamples, seed=cfg.seed)
+                gap[k] = g
+                methods[k]["oracle_gap_fraction"] = g
+                line += (f"; oracle-gap fraction (learned − best fixed) / ({oracle} − best fixed) = "
+                         f"{g['fraction']:.2f} [95% CI {g['lo']:.2f}, {g['hi']:.2f}]")
+            notes.append(line + ".")
     notes += _seed_pooled_notes(cfg, kinds, results, learned, best_fixed)
     for k, why in skipped.items():
         notes.append(f"Skipped {k}: {why}.")
@@ -490,7 +585,8 @@ def summarize(cfg: BenchConfig, runner: Runner, results: dict[str, dict], calib:
                   "seed": cfg.seed},
         "reference": ref, "methods": methods, "comparisons": comparisons, "matched_budget": matched,
         "dominance": dominance, "frontier": frontier, "breakdowns": breakdowns, "notes": notes,
-        "calibration": calib, "skipped": skipped,
+        "calibration": calib, "skipped": skipped, "best_fixed": best_fixed, "oracle": oracle,
+        "oracle_gap": gap,
     }
 
 

@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -147,6 +148,33 @@ class ThresholdTrigger(_Base):
     def describe(self) -> str:
         op = ">" if self.direction == "above" else "<"
         return f"{self.name}: retrieve when {self.signal} {op} {self.threshold:g}"
+
+
+class FixedModeTrigger(_Base):
+    """Any trigger with a fixed query formulation: ``decide`` returns ``(retrieve, mode_index)`` for an env with
+    QueryGen actions (``querygen: true``), so a fixed trigger can retrieve with e.g. ``info_need`` queries.
+
+    Args:
+        trigger: the wrapped trigger (its ``decide`` returns 0/1).
+        mode_index: index of the query mode in the env's ``query_modes``.
+        mode: the mode's name (for ``describe``).
+    """
+
+    def __init__(self, trigger, mode_index: int, mode: str = ""):
+        self.trigger, self.mode_index, self.mode = trigger, int(mode_index), mode
+        self.name = getattr(trigger, "name", "trigger")
+
+    def reset(self, seed: int | None = None) -> None:
+        self.trigger.reset(seed)
+
+    def __copy__(self):  # evaluate_policy copies a trigger per episode: copy the wrapped one too
+        return FixedModeTrigger(copy.copy(self.trigger), self.mode_index, self.mode)
+
+    def decide(self, observation, info):
+        return (int(self.trigger.decide(observation, info)), self.mode_index)
+
+    def describe(self) -> str:
+        return f"{self.trigger.describe()} (query mode {self.mode or self.mode_index})"
 
 
 class OracleTrigger(_Base):

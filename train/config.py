@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from envs.config import ConfigBase, ConfigError, helpf
+from train.warmstart import WarmStartOptions
 
 BASELINES = ("none", "mean", "value")
 SCHEDULES = ("constant", "linear", "cosine", "exponential")
@@ -51,6 +52,8 @@ class ModelOptions(ConfigBase):
     freeze: list[str] = helpf([], "parameter groups to freeze: trunk, retrieve, query, value")
     drop_fields: list[str] = helpf([], "observation fields the policy does not see (ablations), e.g. [pulse]")
     warm_start: str | None = helpf(None, "exported policy directory to initialise from (policies.rl.export)")
+    content_dim: int = helpf(16, "PCA width of each content embedding field (*_embedding), fitted on training "
+                                 "observations and saved with the policy (0: feed the raw embedding)")
 
     def validate(self) -> None:
         if self.arch not in ("transformer", "mlp"):
@@ -59,6 +62,8 @@ class ModelOptions(ConfigBase):
             raise ConfigError(f"ModelOptions: explore_mix must be in [0, 0.5), got {self.explore_mix}")
         if not 0 <= self.explore_floor < 0.5:
             raise ConfigError(f"ModelOptions: explore_floor must be in [0, 0.5), got {self.explore_floor}")
+        if self.content_dim < 0:
+            raise ConfigError(f"ModelOptions: content_dim must be >= 0, got {self.content_dim}")
         bad = [g for g in self.freeze if g not in ("trunk", "retrieve", "query", "value")]
         if bad:
             raise ConfigError(f"ModelOptions: unknown freeze group '{bad[0]}' (valid: trunk, retrieve, query, value)")
@@ -129,6 +134,9 @@ class TrainConfig(ConfigBase):
     snapshot_from: int = helpf(0, "first iteration eligible for a snapshot")
     sweep: SweepOptions = field(default_factory=SweepOptions,
                                 metadata={"help": "Tune grid over seeds × final λ (used with --sweep)"})
+    warmstart: WarmStartOptions = field(default_factory=WarmStartOptions,
+                                        metadata={"help": "supervised warm start from counterfactual step labels "
+                                                          "(train.warmstart), before REINFORCE"})
 
     def validate(self) -> None:
         if self.iterations < 1 or self.checkpoint_every < 1 or self.keep_checkpoints < 1:

@@ -38,13 +38,9 @@ def build_algo_config(cfg: TrainConfig):
     from train.env_factory import make_env
     from train.reinforce import KairosMetricsCallback, ReinforceConfig
 
-    a, m = cfg.algo, cfg.model
+    a = cfg.algo
     register_env(ENV_NAME, make_env)
-    model_config = {"arch": m.arch, "d_model": m.d_model, "n_layers": m.n_layers, "n_heads": m.n_heads,
-                    "ff_dim": m.ff_dim, "normalize": m.normalize,
-                    "explore_floor": m.explore_floor, "explore_mix": m.explore_mix, "freeze": list(m.freeze),
-                    "drop_fields": list(m.drop_fields),
-                    "query_modes": list(cfg.env_config.get("query_modes", []))}
+    model_config = build_model_config(cfg)
     return (
         ReinforceConfig()
         .environment(env=ENV_NAME, env_config={**cfg.env_config, "_env": cfg.env})
@@ -179,6 +175,30 @@ def warm_start(algo, path: str) -> None:
     algo.env_runner_group.sync_weights(from_worker_or_learner_group=algo.learner_group, inference_only=True)
 
 
+def run_warmstart_of(cfg: TrainConfig, show_progress: bool = True) -> Path:
+    """The run's supervised warm start (``cfg.warmstart``): counterfactual labels of the training env's questions
+    at the curriculum's final λ, the policy fitted with the run's model options; ``<out_dir>/warmstart``."""
+    from train.warmstart import run_warmstart
+
+    if cfg.env != "microworld":
+        raise ValueError(f"TrainConfig.warmstart: wired for the micro-world env, not '{cfg.env}'")
+    lam = cfg.curriculum["retrieval_calls"].end if "retrieval_calls" in cfg.curriculum else \
+        float((cfg.env_config.get("costs") or {}).get("retrieval_calls", 0.1))
+    env_config = {k: v for k, v in cfg.env_config.items() if k != "max_questions"}
+    return run_warmstart(env_config, cfg.warmstart, Path(cfg.out_dir) / "warmstart",
+                         model_config=build_model_config(cfg), lam=lam, seed=cfg.seed, progress=show_progress)
+
+
+def build_model_config(cfg: TrainConfig) -> dict[str, Any]:
+    """The RLModule's ``model_config`` of a run."""
+    m = cfg.model
+    return {"arch": m.arch, "d_model": m.d_model, "n_layers": m.n_layers, "n_heads": m.n_heads,
+            "ff_dim": m.ff_dim, "normalize": m.normalize,
+            "explore_floor": m.explore_floor, "explore_mix": m.explore_mix, "freeze": list(m.freeze),
+            "drop_fields": list(m.drop_fields), "content_dim": m.content_dim,
+            "query_modes": list(cfg.env_config.get("query_modes", []))}
+
+
 # ---------------------------------------------------------------- the run
 def train(cfg: TrainConfig, resume: bool = False, stop_after: int | None = None, show_progress: bool = True,
           on_iteration=None) -> dict[str, Any]:
@@ -204,6 +224,9 @@ def train(cfg: TrainConfig, resume: bool = False, stop_after: int | None = None,
     if cache:
         Path(cache).parent.mkdir(parents=True, exist_ok=True)
     write_json(out / "config.json", cfg.to_dict())
+    warm = cfg.model.warm_start
+    if cfg.warmstart.enabled and not (resume and list_checkpoints(ckpt_dir)):
+        warm = str(run_warmstart_of(cfg, show_progress))  # on the driver, before Ray starts
     started = init_ray(cfg)
     algo = build_algo_config(cfg).build_algo()
     try:
@@ -213,8 +236,8 @@ def train(cfg: TrainConfig, resume: bool = False, stop_after: int | None = None,
             restored = ckpts[-1]
             algo.restore_from_path(str(restored.resolve()))
             log.info("resumed from %s (iteration %d)", restored, algo.iteration)
-        elif cfg.model.warm_start:
-            warm_start(algo, cfg.model.warm_start)
+        elif warm:
+            warm_start(algo, warm)
         writer = SummaryWriter(str(out / "tb"), purge_step=algo.iteration + 1 if restored else None)
         first = algo.iteration
         metrics_path = out / "metrics.jsonl"

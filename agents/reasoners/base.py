@@ -36,6 +36,7 @@ class Step:
     maxprobs: np.ndarray | None = None
     hidden_mean: np.ndarray | None = None       # [n_layers + 1, d]
     hidden_last: np.ndarray | None = None       # [n_layers + 1, d]
+    hidden_first: np.ndarray | None = None      # [n_layers + 1, d] at the last context token (see stepgen)
     finished: bool = True                       # ended by an end-of-step token
     seconds: float = 0.0                        # measured generation time attributed to this step
     n_tokens: int = 0                           # generated tokens (incl. header)

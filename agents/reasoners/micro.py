@@ -83,6 +83,7 @@ class MicroReasoner:
         step = Step(index=len(state.steps) + 1, text=text, content=content, is_answer=is_answer,
                     token_ids=list(out.ids), logprobs=out.logprobs, entropies=out.entropies,
                     maxprobs=out.maxprobs, hidden_mean=out.hidden_mean, hidden_last=out.hidden_last,
+                    hidden_first=out.hidden_first,
                     finished=out.finished, seconds=dt, n_tokens=len(out.ids))
         gen = out.state
         if not out.finished:  # a cut step: close the line so the next step starts cleanly

@@ -12,7 +12,9 @@ Signals of a step, all from the generation passes (no second pass over the step)
 * ``hidden_mean`` / ``hidden_last``: per-layer hidden states (``n_layers + 1`` rows, row 0 = embeddings)
   at the positions whose next-token prediction produced those tokens — i.e. the inputs ``:`` (the header's
   last token), ``c_1 … c_n`` (the content tokens). ``hidden_last`` is the position of ``c_n``, the state
-  that decided the step was complete. A separate forward pass over ``context + step`` reproduces them
+  that decided the step was complete. ``hidden_first`` is the state at the last *context* token (the input
+  that generated the line's first token): the model's summary of the question and every earlier line at the
+  moment it starts this one — the content observation's ``context_embedding`` (no extra pass). A separate forward pass over ``context + step`` reproduces them
   exactly at positions ``len(context) + header_len - 1 … len(context) + len(step) - 2`` (tested).
 
 The line header is found either by a token id (``header_end_id``: content starts after its first
@@ -75,6 +77,7 @@ class StepOutput:
     maxprobs: np.ndarray                # [n] max softmax probability there
     hidden_mean: np.ndarray | None      # [L+1, d] mean over generating positions
     hidden_last: np.ndarray | None      # [L+1, d] at the last content token
+    hidden_first: np.ndarray | None = None  # [L+1, d] at the last context token (generated the first token)
     finished: bool = True               # ended with an end token (not cut by max_new_tokens)
     state: GenState | None = field(default=None, repr=False)  # state after the step (for continuing)
     attn_received: np.ndarray | None = None  # [n_content] last-layer attention received (see module doc)
@@ -235,11 +238,13 @@ def generate_steps(
             header_len = start = gen[b].index(header_end_id) + 1
         else:  # no header end: no content
             header_len, start = 0, n
-        hm = hl = None
+        hm = hl = hf = None
         if hall is not None and start < n:
             h = hall[start:n, b]
             hm = h.mean(0).float().cpu().numpy()
             hl = h[-1].float().cpu().numpy()
+        if hall is not None:
+            hf = hall[0, b].float().cpu().numpy()
         attn = None
         if capture_attentions:
             n_content = n - 1 if finished[b] else n
@@ -250,7 +255,7 @@ def generate_steps(
             logprobs=np.asarray(lp[b][start:], dtype=np.float32),
             entropies=np.asarray(ent[b][start:], dtype=np.float32),
             maxprobs=np.asarray(mp[b][start:], dtype=np.float32), hidden_mean=hm, hidden_last=hl,
-            finished=finished[b], state=GenState(new_ids, row_cache, n_cached), attn_received=attn,
+            hidden_first=hf, finished=finished[b], state=GenState(new_ids, row_cache, n_cached), attn_received=attn,
         ))
     return results
 

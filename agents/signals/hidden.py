@@ -308,3 +308,63 @@ def micro_sample_states(reasoner, state, k: int = 4, layer: int | None = None, s
     if not rows:
         raise SignalUnavailable("no sampled continuation had content tokens")
     return np.stack(rows).astype(np.float32)
+
+
+def default_content_layers(n_layers: int) -> tuple[int, ...]:
+    """The content embedding's default layers: the middle of the stack and the last layer (``n_layers``)."""
+    return (max(1, n_layers // 2), n_layers)
+
+
+class _Embedding(SignalBase):
+    """The reasoner's own hidden state at chosen layers, concatenated (content, not confidence).
+
+    From the generation pass itself (no second forward): a feature vector that only a learned policy
+    interprets (``error_direction = 0``). The env reduces nothing; a policy projects it (see
+    :class:`policies.rl.net.PolicySpec` ``reduce``)."""
+
+    requires = ("hidden_states",)
+    attr = "hidden_mean"
+
+    def __init__(self, layers: tuple[int, ...] | list[int] | None = None, n_layers: int | None = None,
+                 hidden_size: int | None = None):
+        if layers is None:
+            if n_layers is None:
+                raise ValueError(f"{type(self).__name__}: give layers= or n_layers= (model facts)")
+            layers = default_content_layers(n_layers)
+        self.layers = tuple(int(x) for x in layers)
+        if not self.layers or min(self.layers) < 0 or (n_layers is not None and max(self.layers) > n_layers):
+            raise ValueError(f"{type(self).__name__}: layers {list(self.layers)} must lie in [0, {n_layers}]")
+        if hidden_size is None:
+            raise ValueError(f"{type(self).__name__}: hidden_size (a model fact) is needed for a fixed dimension")
+        self.dim = len(self.layers) * int(hidden_size)
+
+    def __call__(self, step: Step, state: Any = None) -> np.ndarray:
+        h = getattr(step, self.attr)
+        if h is None:
+            raise SignalUnavailable(f"step {step.index} has no captured {self.attr}")
+        return np.concatenate([np.asarray(h[layer], dtype=np.float32) for layer in self.layers])
+
+
+@register_signal("step_embedding")
+class StepEmbedding(_Embedding):
+    """What the step says: the hidden state pooled (mean) over the step's content tokens at ``layers``.
+
+    Example:
+        >>> from agents.reasoners.base import Step
+        >>> s = Step(1, "", "", False, hidden_mean=np.array([[1., 0.], [0., 1.], [0., 2.]]))
+        >>> StepEmbedding(layers=(1, 2), hidden_size=2)(s).tolist()
+        [0.0, 1.0, 0.0, 2.0]
+    """
+
+    label = "step embedding"
+    attr = "hidden_mean"
+
+
+@register_signal("context_embedding")
+class ContextEmbedding(_Embedding):
+    """Where the chain stands: the hidden state at the last context token before the step (question + earlier
+    steps + injected evidence), the input that generated the step's first token. At step 1 it is the
+    question's embedding (the env keeps it as ``question_embedding`` for the whole episode)."""
+
+    label = "context embedding"
+    attr = "hidden_first"

@@ -77,19 +77,24 @@ class LearnedTrigger:
     """A learned policy as a greedy :class:`policies.triggers.Trigger`.
 
     ``decide`` returns ``retrieve`` (0/1), or ``(retrieve, mode)`` when the policy has a query head and
-    ``querygen=True`` (the env's QueryGen action space).
+    ``querygen=True`` (the env's QueryGen action space). It retrieves when π(retrieve) > ``threshold``
+    (0.5: the greedy policy; a benchmark may calibrate it on dev, as it does a signal's threshold).
     """
 
-    def __init__(self, net: PolicyNet, name: str = "learned", querygen: bool | None = None):
+    def __init__(self, net: PolicyNet, name: str = "learned", querygen: bool | None = None, threshold: float = 0.5):
+        if not 0.0 <= threshold < 1.0:
+            raise ValueError(f"LearnedTrigger: threshold must be in [0, 1), got {threshold}")
         self.net = net.eval()
         self.name = name
+        self.threshold = float(threshold)
         self.querygen = (net.query_head is not None) if querygen is None else querygen
 
     @classmethod
-    def load(cls, path: str | Path, name: str | None = None, querygen: bool | None = None) -> LearnedTrigger:
+    def load(cls, path: str | Path, name: str | None = None, querygen: bool | None = None,
+             threshold: float = 0.5) -> LearnedTrigger:
         net, meta = load_policy(path)
         q = querygen if querygen is not None else ("query" in meta["heads"] and net.query_head is not None)
-        return cls(net, name=name or meta.get("name", Path(path).name), querygen=q)
+        return cls(net, name=name or meta.get("name", Path(path).name), querygen=q, threshold=threshold)
 
     def reset(self, seed: int | None = None) -> None:
         return None
@@ -105,7 +110,7 @@ class LearnedTrigger:
 
     def decide(self, observation: dict[str, Any], info: dict[str, Any]):
         p, modes = self.probs(observation)
-        r = int(p > 0.5)
+        r = int(p > self.threshold)
         if self.querygen:
             return (r, int(np.argmax(modes)))
         return r

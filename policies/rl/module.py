@@ -9,7 +9,9 @@ The module wraps :class:`policies.rl.net.PolicyNet`. Its ``ACTION_DIST_INPUTS`` 
 (the learner adds a barrier keeping π(retrieve) ≥ floor on every visited state), ``explore_mix``
 (optional ε-mix of the sampling policy with uniform; greedy inference ignores both),
 ``freeze`` (parameter groups to freeze: ``trunk``, ``retrieve``, ``query``, ``value``), ``query_modes``,
-``drop_fields`` (observation fields the policy ignores — observation ablations).
+``drop_fields`` (observation fields the policy ignores — observation ablations), ``content_dim`` (each
+``*_embedding`` field is PCA-projected to that width, fitted on the first training batch; see
+:mod:`policies.rl.net`).
 
 Example:
     >>> import gymnasium as gym, numpy as np
@@ -55,8 +57,10 @@ def spec_from_spaces(observation_space: gym.spaces.Dict, action_space: gym.Space
         raise ValueError(f"KairosRLModule: action space must be Discrete(2) or Tuple(Discrete(2), Discrete(n)), "
                          f"got {action_space}")
     keys = ("arch", "d_model", "n_layers", "n_heads", "ff_dim", "normalize")
+    content_dim = int(model_config.get("content_dim", 0) or 0)
+    reduce = {k: content_dim for k in fields if k.endswith("_embedding")} if content_dim > 0 else {}
     return PolicySpec(fields=fields, n_modes=n_modes, query_modes=list(model_config.get("query_modes", [])),
-                      **{k: model_config[k] for k in keys if k in model_config})
+                      reduce=reduce, **{k: model_config[k] for k in keys if k in model_config})
 
 
 class RetrieveQueryDistribution(Distribution):
@@ -173,6 +177,8 @@ class KairosRLModule(TorchRLModule):
         # saturates at "never retrieve", and it never recovers (measured on the toy env).
         # only the learner calls _forward_train: its batches update the input statistics (synced to the
         # env runners with the weights)
+        if self.net.needs_reducer_fit:  # the content fields' PCA: fitted once, on the first training batch
+            self.net.fit_reducers(batch[Columns.OBS])
         self.net.update_normalizer(batch[Columns.OBS])
         return self._dist_inputs(batch, 0.0)
 

@@ -10,6 +10,12 @@ boundary. A learned ``[CLS]`` token joins them; the encoder's output at ``[CLS]`
 heads: ``retrieve`` (2 logits), ``query`` (one logit per QueryGen mode; absent with one mode) and ``value``.
 
 ``arch="mlp"`` replaces the encoder by an MLP over the concatenated field tokens (a cheaper baseline).
+
+Large fields (the content embeddings: hundreds of hidden-state numbers) can be ``reduce``-d first: a fixed
+PCA projection to ``k`` numbers, fitted once on training observations (:meth:`PolicyNet.fit_reducers`; the
+RLModule fits it on the learner's first batch, the supervised warm start on its dataset) and stored as
+buffers, so it is saved, exported and synced with the weights. Rows whose field is masked (all zeros) are
+left out of the fit.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ class PolicySpec:
     ff_dim: int = 64
     query_modes: list[str] = field(default_factory=list)  # names of the modes (informational)
     normalize: bool = True                 # running per-dimension standardisation of the squashed inputs
+    reduce: dict[str, int] = field(default_factory=dict)  # field -> k: fixed PCA projection fitted on training data
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -45,6 +52,10 @@ class PolicySpec:
         d = dict(d)
         d.setdefault("normalize", False)  # exports written before normalisation existed
         return cls(**d)
+
+    def input_dim(self, name: str) -> int:
+        """Width of a field after its reduction (the projection's and normaliser's input)."""
+        return min(self.reduce[name], self.fields[name]) if name in self.reduce else self.fields[name]
 
 
 def squash(x: torch.Tensor) -> torch.Tensor:
@@ -63,12 +74,22 @@ class PolicyNet(nn.Module):
         self.spec = spec
         d = spec.d_model
         self.names = list(spec.fields)
-        self.proj = nn.ModuleDict({k: nn.Linear(n, d) for k, n in spec.fields.items()})
+        unknown = sorted(set(spec.reduce) - set(spec.fields))
+        if unknown:
+            raise ValueError(f"PolicySpec.reduce names {unknown}, which are not observation fields "
+                             f"(fields: {sorted(spec.fields)})")
+        self.proj = nn.ModuleDict({k: nn.Linear(spec.input_dim(k), d) for k in spec.fields})
         self.field_emb = nn.Parameter(torch.randn(len(self.names), d) * 0.02)
+        for k in spec.reduce:
+            n, r = spec.fields[k], spec.input_dim(k)
+            self.register_buffer(f"red_mean_{k}", torch.zeros(n))
+            self.register_buffer(f"red_proj_{k}", torch.zeros(n, r))
+        if spec.reduce:
+            self.register_buffer("reducers_fitted", torch.zeros(()))
         if spec.normalize:
-            for k, n in spec.fields.items():
-                self.register_buffer(f"obs_mean_{k}", torch.zeros(n))
-                self.register_buffer(f"obs_var_{k}", torch.ones(n))
+            for k in spec.fields:
+                self.register_buffer(f"obs_mean_{k}", torch.zeros(spec.input_dim(k)))
+                self.register_buffer(f"obs_var_{k}", torch.ones(spec.input_dim(k)))
             self.register_buffer("obs_count", torch.zeros(()))
         self.norm = nn.LayerNorm(d)
         if spec.arch == "transformer":
@@ -107,6 +128,46 @@ class PolicyNet(nn.Module):
             for p in self.group_parameters(g):
                 p.requires_grad_(False)
 
+    @property
+    def needs_reducer_fit(self) -> bool:
+        return bool(self.spec.reduce) and float(self.reducers_fitted) == 0.0
+
+    @torch.no_grad()
+    def fit_reducers(self, obs: dict[str, torch.Tensor]) -> None:
+        """Fit every ``reduce`` field's PCA (mean + top-k right singular vectors) on a batch of observations.
+
+        Rows whose field is all zeros (masked) are ignored; with fewer than two real rows the projection stays
+        zero (the field then contributes nothing) and the fit is retried on the next call."""
+        if not self.spec.reduce:
+            return
+        ok = True
+        for k in self.spec.reduce:
+            x = torch.nan_to_num(obs[k].reshape(obs[k].shape[0], -1).float())
+            x = x[x.abs().sum(1) > 0]
+            if x.shape[0] < 2:
+                ok = False
+                continue
+            mean = x.mean(0)
+            _, _, vt = torch.linalg.svd(x - mean, full_matrices=False)
+            r = self.spec.input_dim(k)
+            proj = torch.zeros(x.shape[1], r)
+            proj[:, : min(r, vt.shape[0])] = vt[:r].T
+            # a deterministic sign per component (SVD's is arbitrary): the largest-magnitude loading is positive
+            sign = torch.sign(proj[proj.abs().argmax(0), torch.arange(r)])
+            proj = proj * torch.where(sign == 0, torch.ones_like(sign), sign)
+            getattr(self, f"red_mean_{k}").copy_(mean)
+            getattr(self, f"red_proj_{k}").copy_(proj)
+        if ok:
+            self.reducers_fitted.fill_(1.0)
+
+    def _reduced(self, obs: dict[str, torch.Tensor], k: str) -> torch.Tensor:
+        x = obs[k].reshape(obs[k].shape[0], -1)
+        if k in self.spec.reduce:
+            x = torch.nan_to_num(x.float())
+            real = (x.abs().sum(1, keepdim=True) > 0).float()  # a masked (all-zero) field stays zero
+            x = ((x - getattr(self, f"red_mean_{k}")) @ getattr(self, f"red_proj_{k}")) * real
+        return squash(x)
+
     @torch.no_grad()
     def update_normalizer(self, obs: dict[str, torch.Tensor], max_count: float = 1e6) -> None:
         """Merge a batch into the running mean/variance of every field (parallel Welford update).
@@ -117,7 +178,7 @@ class PolicyNet(nn.Module):
             return
         n_old = float(self.obs_count)
         for k in self.names:
-            x = squash(obs[k].reshape(obs[k].shape[0], -1))
+            x = self._reduced(obs, k)
             n_new = x.shape[0]
             if n_new == 0:
                 return
@@ -132,7 +193,7 @@ class PolicyNet(nn.Module):
         self.obs_count.fill_(min(n_old + n_new, max_count))
 
     def _field_input(self, obs: dict[str, torch.Tensor], k: str) -> torch.Tensor:
-        x = squash(obs[k].reshape(obs[k].shape[0], -1))
+        x = self._reduced(obs, k)
         if self.spec.normalize and float(self.obs_count) > 0:
             mean, var = getattr(self, f"obs_mean_{k}"), getattr(self, f"obs_var_{k}")
             x = ((x - mean) / torch.sqrt(var.clamp_min(1e-2))).clamp(-10.0, 10.0)

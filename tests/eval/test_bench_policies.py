@@ -114,3 +114,51 @@ def test_auto_grid_and_rate():
     assert auto_grid(rows, "absent", "below") == []
     assert retrieval_rate(rows) == pytest.approx(1 / 4)
     assert np.isfinite(auto_grid(rows, "minprob", "above")).all()
+
+
+@pytest.mark.slow
+def test_query_modes_are_calibrated_on_dev_and_the_best_fixed_is_chosen_on_dev(tmp_path):
+    """A threshold trigger calibrated over (mode, threshold) keeps the dev-best pair; a fixed query mode reaches the
+    env as the QueryGen action (same cache namespace); the best fixed trigger is the dev-best one; the oracle-gap
+    fraction and the harm rate are reported."""
+    modes = ["step", "info_need"]
+    methods = [{"name": "CoT", "kind": "never"},
+               {"name": "FLARE", "kind": "threshold", "signal": "minprob", "direction": "below"},
+               {"name": "MinProb[q]", "kind": "threshold", "signal": "minprob", "direction": "below",
+                "query_modes": ["all"]},
+               {"name": "IRCoT[info_need]", "kind": "always", "query_mode": "info_need"},
+               {"name": "learned", "kind": "learned", "path": str(_export_random_policy(tmp_path)),
+                "query_mode": "info_need", "calibrate": True, "thresholds": [0.3, 0.7]},
+               {"name": "CacheOracle", "kind": "cache_oracle"}]
+    cfg = _cfg(tmp_path, methods, env={"split": "dev", "rsus_components": ["ent"], "query_modes": modes,
+                                       "cache_path": str(tmp_path / "cache.sqlite")}, test_curves=False)
+    s = run_bench(cfg)
+    cal = s["calibration"]["MinProb[q]"]
+    assert {r["mode"] for r in cal["sweep"]} == set(modes)
+    best = max(cal["sweep"], key=lambda r: (r["reward"], -r["calls"]))
+    assert (cal["mode"], cal["chosen"]) == (best["mode"], best["threshold"])
+    assert s["methods"]["MinProb[q]"]["query_mode"] == best["mode"]
+    assert {r["mode"] for r in s["calibration"]["FLARE"]["sweep"]} == {None}
+    # the fixed mode is what the env retrieved with
+    path, = (tmp_path / "bench" / "per_question" / "test").glob("IRCoT_info_need_*greedy.jsonl")
+    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    assert all(d["action"][1] == 1 for r in rows for d in r["decisions"] if d["action"][0] == 1)
+    fixed = [k for k, v in s["methods"].items() if v["kind"] == "fixed"]
+    assert s["best_fixed"] == max(fixed, key=lambda k: (s["calibration"][k]["dev_reward"], -s["methods"][k]["calls"]))
+    assert s["calibration"]["learned"]["chosen"] in (0.3, 0.7)
+    g = s["oracle_gap"]["learned"]
+    assert g["lo"] <= g["fraction"] <= g["hi"] or not np.isfinite(g["fraction"])
+    assert any("oracle-gap fraction" in n for n in s["notes"])
+    assert s["methods"]["CoT"]["harm_rate"] is None
+    assert 0.0 <= s["methods"]["FLARE"]["harm_rate"] <= 1.0
+
+
+def test_mode_errors(tmp_path):
+    with pytest.raises(ConfigError, match="query mode 'nope'"):
+        _cfg(tmp_path, [{"name": "CoT", "kind": "never"},
+                        {"name": "F", "kind": "threshold", "signal": "minprob", "query_mode": "nope"}])
+    with pytest.raises(ConfigError, match="query_modes .calibrating the query mode. is for threshold"):
+        _cfg(tmp_path, [{"name": "CoT", "kind": "never", "query_modes": ["all"]}])
+    with pytest.raises(ConfigError, match="takes no 'env' or 'query_mode' override"):
+        run_bench(_cfg(tmp_path, [{"name": "CoT", "kind": "never"},
+                                  {"name": "O", "kind": "cache_oracle", "env": {"injection": "front"}}]))

@@ -1,0 +1,173 @@
+"""Content in the observation (question / step / context embeddings) and the policy's PCA projection of it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from envs.config import ConfigError
+
+CONTENT = {"split": "dev", "rsus_components": ["ent"], "signals": ["pulse", "output", "rsus", "content"]}
+FIELDS = ("question_embedding", "step_embedding", "context_embedding")
+
+
+def _env(**kw):
+    from envs.registration import make_env
+
+    return make_env("microworld", {**CONTENT, **kw})
+
+
+def test_content_fields_shape_and_question_is_first_context():
+    env = _env(content_layers=[3, 6])
+    hidden = env.c.reasoner.world.model.config.hidden_size
+    for f in FIELDS:
+        assert env.observation_space[f].shape == (2 * hidden,)
+    obs, info = env.reset(options={"question_index": 0})
+    assert env.observation_space.contains(obs)
+    assert np.all(obs["mask"] == 1.0)
+    np.testing.assert_array_equal(obs["question_embedding"], obs["context_embedding"])  # step 1: same state
+    q0 = obs["question_embedding"].copy()
+    obs, *_ = env.step(0)
+    np.testing.assert_array_equal(obs["question_embedding"], q0)  # kept for the whole episode
+    assert not np.array_equal(obs["context_embedding"], q0)       # the context moved on
+    env.close()
+
+
+def test_content_comes_from_the_generation_pass():
+    """step_embedding = mean hidden state over the step's content positions and context_embedding = the state at the
+    last context token, both equal to a separate forward pass over context + step (no second pass in the env)."""
+    env = _env(content_layers=[2, 6])
+    obs, info = env.reset(options={"question_index": 3})
+    r = env.c.reasoner
+    state = r.start(env.c.question_text(env.c.questions[3]))
+    (step, _), = r.next_step([state])
+    ids = list(state.gen.ids) + list(step.token_ids)
+    with torch.no_grad():
+        out = r.world.model(input_ids=torch.tensor([ids]), output_hidden_states=True)
+    hs = [h[0].numpy() for h in out.hidden_states]
+    n_ctx = len(state.gen.ids)
+    header = len(step.token_ids) - len(step.logprobs)  # content tokens + end token carry logprobs
+    gen_pos = range(n_ctx + header - 1, n_ctx + len(step.token_ids) - 1)  # inputs that generated them
+    want_step = np.concatenate([hs[layer][list(gen_pos)].mean(0) for layer in (2, 6)])
+    want_ctx = np.concatenate([hs[layer][n_ctx - 1] for layer in (2, 6)])
+    # the record stores half precision
+    np.testing.assert_allclose(obs["step_embedding"], want_step, rtol=2e-3, atol=2e-2)
+    np.testing.assert_allclose(obs["context_embedding"], want_ctx, rtol=2e-3, atol=2e-2)
+    env.close()
+
+
+def test_content_round_trips_through_the_trajectory_cache(tmp_path):
+    cfg = {"cache_path": str(tmp_path / "c.sqlite")}
+    fresh = _env(**cfg)
+    o1, _ = fresh.reset(options={"question_index": 5})
+    o2, *_ = fresh.step(1)
+    fresh.close()
+    replay = _env(**cfg)
+    p1, _ = replay.reset(options={"question_index": 5})
+    p2, *_ = replay.step(1)
+    assert replay.cache.hits >= 2 and replay.cache.misses == 0
+    for f in FIELDS + ("pulse", "mask"):
+        np.testing.assert_array_equal(o1[f], p1[f])
+        np.testing.assert_array_equal(o2[f], p2[f])
+    replay.close()
+
+
+def test_content_is_masked_without_hidden_states():
+    from agents.reasoners.base import Capabilities, Step
+    from agents.signals.extractor import SignalExtractor
+
+    ex = SignalExtractor(["step_embedding", "context_embedding"], Capabilities(logprobs=True), backend="openai",
+                         context={"n_layers": 4, "hidden_size": 8})
+    out = ex(Step(1, "Step 1 : x", "x", False, logprobs=np.zeros(2)))
+    assert out["mask"].tolist() == [0.0, 0.0]
+    assert out["step_embedding"].shape == (16,) and not out["step_embedding"].any()
+
+
+def test_content_config_errors():
+    from envs.env_config import EnvConfig
+
+    with pytest.raises(ConfigError, match="unknown observation group 'contnet'"):
+        EnvConfig.from_dict({"signals": ["pulse", "contnet"]})
+    with pytest.raises(ConfigError, match="content_layers"):
+        EnvConfig.from_dict({"signals": ["content"], "content_layers": []})
+    with pytest.raises(ValueError, match=r"layers \[9\] must lie in \[0, 6\]"):
+        _env(content_layers=[9])
+
+
+def test_content_off_keeps_the_namespace():
+    """Adding the content_layers field did not move the namespace of envs without content."""
+    from envs.components import _namespace
+    from envs.env_config import EnvConfig
+
+    a = _namespace("micro", ["x"], EnvConfig.from_dict({"split": "dev"}))
+    d = EnvConfig.from_dict({"split": "dev"}).to_dict()
+    d.pop("content_layers")
+    from envs.components import RECORD_VERSION
+    from envs.trajectory_cache import namespace_of
+
+    fields = {k: v for k, v in d.items() if k not in ("costs", "cost_params", "cache_path", "split", "max_questions",
+                                                      "querygen", "compress_evidence", "tau_rel")}
+    assert a == namespace_of("micro", ["x"], fields, RECORD_VERSION)
+
+
+# ---------------------------------------------------------------- the policy-side projection
+def _spec(reduce):
+    from policies.rl.net import PolicySpec
+
+    return PolicySpec(fields={"step_embedding": 6, "pulse": 2}, arch="mlp", reduce=reduce)
+
+
+def test_reducer_is_the_pca_of_the_unmasked_rows():
+    from policies.rl.net import PolicyNet
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 6)) @ np.diag([5, 3, 1, 0.1, 0.1, 0.1])
+    x = np.vstack([x, np.zeros((50, 6))])  # masked rows: ignored by the fit, mapped to zero
+    net = PolicyNet(_spec({"step_embedding": 2}))
+    assert net.needs_reducer_fit
+    obs = {"step_embedding": torch.tensor(x, dtype=torch.float32), "pulse": torch.zeros(250, 2)}
+    net.fit_reducers(obs)
+    assert not net.needs_reducer_fit
+    proj = net.red_proj_step_embedding.numpy()
+    np.testing.assert_allclose(proj.T @ proj, np.eye(2), atol=1e-5)
+    _, _, vt = np.linalg.svd(x[:200] - x[:200].mean(0), full_matrices=False)
+    np.testing.assert_allclose(np.abs(proj.T @ vt[:2].T), np.eye(2), atol=1e-4)
+    red = net._reduced(obs, "step_embedding")
+    assert red.shape == (250, 2) and torch.all(red[200:] == 0)
+    assert net.proj["step_embedding"].in_features == 2
+
+
+def test_reducer_travels_with_the_export(tmp_path):
+    from policies.rl.export import LearnedTrigger, export_policy, load_policy
+    from policies.rl.net import PolicyNet
+
+    net = PolicyNet(_spec({"step_embedding": 3}))
+    obs = {"step_embedding": torch.randn(40, 6), "pulse": torch.randn(40, 2)}
+    net.fit_reducers(obs)
+    net.update_normalizer(obs)
+    path = export_policy(net, tmp_path / "p")
+    back, meta = load_policy(path)
+    assert meta["spec"]["reduce"] == {"step_embedding": 3}
+    torch.testing.assert_close(back.red_proj_step_embedding, net.red_proj_step_embedding)
+    o = {k: v[:1].numpy()[0] for k, v in obs.items()}
+    assert LearnedTrigger(back).probs(o)[0] == pytest.approx(LearnedTrigger(net).probs(o)[0])
+    with pytest.raises(ValueError, match="not observation fields"):
+        PolicyNet(_spec({"question_embedding": 3}))
+
+
+def test_module_fits_the_reducer_on_its_first_training_batch():
+    import gymnasium as gym
+    from ray.rllib.core.columns import Columns
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+    from policies.rl.module import KairosRLModule
+
+    space = gym.spaces.Dict({"step_embedding": gym.spaces.Box(-9, 9, (6,), np.float32),
+                             "pulse": gym.spaces.Box(-1, 1, (2,), np.float32)})
+    m = RLModuleSpec(module_class=KairosRLModule, observation_space=space, action_space=gym.spaces.Discrete(2),
+                     model_config={"arch": "mlp", "content_dim": 2}).build()
+    assert m.net.spec.reduce == {"step_embedding": 2}
+    assert m.net.needs_reducer_fit
+    m.forward_train({Columns.OBS: {"step_embedding": torch.randn(32, 6), "pulse": torch.randn(32, 2)}})
+    assert not m.net.needs_reducer_fit and m.net.red_proj_step_embedding.abs().sum() > 0

@@ -1,0 +1,111 @@
+"""Supervised warm start: counterfactual labels equal brute force over the cached decision tree, the fit learns a
+separable rule, and a training run starts REINFORCE from the fitted policy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from envs.config import ConfigError
+from train.warmstart import WarmStartOptions, counterfactual_labels, decision_gain, fit_policy
+
+ENV = {"split": "train", "rsus_components": ["ent"], "signals": ["pulse", "output", "rsus", "content"],
+       "query_modes": ["info_need", "step"]}
+
+
+def test_labels_equal_brute_force_on_the_cached_decision_tree(tmp_path):
+    from envs.registration import make_env
+    from eval.oracle import enumerate_leaves
+
+    env_cfg = {**ENV, "cache_path": str(tmp_path / "c.sqlite")}
+    lam = 0.1
+    qs = [0, 1, 2, 3]
+    data = counterfactual_labels(env_cfg, qs, WarmStartOptions(enabled=True, batch_envs=4), lam, tmp_path / "ws",
+                                 progress=False)
+    env = make_env("microworld", {**env_cfg, "costs": {"retrieval_calls": lam}})
+    for q in qs:
+        leaves = {leaf.actions: leaf.quality - lam * leaf.calls for leaf in enumerate_leaves(env, q)}
+        never = next(a for a in leaves if not any(a))
+        rows = np.flatnonzero(data["question"] == q)
+        assert len(rows) == len(never)  # one labelled decision per step of the closed-book chain
+        for k, i in enumerate(rows, start=1):
+            flip = next(a for a in leaves if a[:k] == (0,) * (k - 1) + (1,) and not any(a[k:]))
+            assert data["delta"][i] == pytest.approx(leaves[flip] - leaves[never]), (q, k)
+            assert data["y"][i] == float(leaves[flip] > leaves[never])
+            assert data["w"][i] == pytest.approx(abs(leaves[flip] - leaves[never]))
+        assert data["obs"]["step_embedding"][rows].shape[1] > 0
+    env.close()
+
+
+def test_threshold_behavior_flips_one_decision(tmp_path):
+    opts = WarmStartOptions(enabled=True, behavior="threshold", signal="minprob", direction="below", threshold=0.9,
+                            batch_envs=4)
+    data = counterfactual_labels({**ENV, "cache_path": str(tmp_path / "c.sqlite")}, [0, 1, 2, 3, 4, 5], opts, 0.1,
+                                 tmp_path / "ws", progress=False)
+    assert set(np.unique(data["base_action"])) <= {0, 1}
+    # every label is the reward difference of two branches that differ in one decision: a multiple of λ apart from
+    # the quality change (0/1 on the micro-world)
+    frac = np.abs(data["delta"] * 10 - np.round(data["delta"] * 10))
+    assert np.all(frac < 1e-6)
+    with pytest.raises(ConfigError, match="signal 'nope' is not produced"):
+        counterfactual_labels(ENV, [0], WarmStartOptions(enabled=True, behavior="threshold", signal="nope",
+                                                         threshold=0.5), 0.1, tmp_path / "x", progress=False)
+
+
+def test_fit_learns_a_separable_rule_and_picks_the_epoch_on_validation():
+    from policies.rl.net import PolicySpec
+
+    rng = np.random.default_rng(0)
+    n = 600
+    x = rng.normal(size=(n, 3)).astype(np.float32)
+    delta = np.where(x[:, 0] > 0, 0.9, -0.1)  # retrieving pays exactly when feature 0 is positive
+    data = {"obs": {"output": x, "step_embedding": rng.normal(size=(n, 8)).astype(np.float32)},
+            "y": (delta > 0).astype(np.float32), "w": np.abs(delta).astype(np.float32), "delta": delta,
+            "base_action": np.zeros(n, dtype=np.int64), "base_reward": np.zeros(n, dtype=np.float32),
+            "question": np.arange(n) // 3}
+    spec = PolicySpec(fields={"output": 3, "step_embedding": 8}, arch="mlp", reduce={"step_embedding": 4})
+    net, fit = fit_policy(data, spec, WarmStartOptions(enabled=True, epochs=15), seed=0)
+    # the optimum gains 0.9 per positive decision: ~0.45 per decision, 3 decisions per question
+    assert fit["val_gain_per_question"] > 1.0
+    assert 1 <= fit["best_epoch"] <= 15 and not net.needs_reducer_fit
+    p = np.ones(n)
+    assert decision_gain(p, data, np.arange(n)) == pytest.approx(float(delta.sum()) / (n // 3))
+
+
+def test_options_errors():
+    with pytest.raises(ConfigError, match="needs 'threshold'"):
+        WarmStartOptions.from_dict({"behavior": "threshold"})
+    with pytest.raises(ConfigError, match="behavior must be never or threshold"):
+        WarmStartOptions.from_dict({"behavior": "always"})
+    with pytest.raises(ConfigError, match="lam must be a finite number"):
+        WarmStartOptions.from_dict({"lam": float("nan")})
+    with pytest.raises(ConfigError, match="unknown config key .question."):
+        WarmStartOptions.from_dict({"question": 3})
+
+
+@pytest.mark.slow
+def test_training_run_starts_from_the_warm_start(tmp_path):
+    """The whole step inside a training run: labels → fitted policy → REINFORCE starts from it (the first
+    iteration's module carries the fitted content projection)."""
+    import json
+
+    import torch
+
+    from policies.rl.export import load_policy
+    from train.config import TrainConfig
+    from train.run import train
+
+    cfg = TrainConfig.from_dict({
+        "out_dir": str(tmp_path / "run"), "iterations": 1, "num_env_runners": 0, "num_envs_per_env_runner": 4,
+        "env": "microworld", "env_config": {**ENV, "max_questions": 16, "cache_path": str(tmp_path / "c.sqlite")},
+        "algo": {"episodes_per_batch": 8, "lr": 1e-9}, "model": {"d_model": 16, "ff_dim": 32, "arch": "mlp"},
+        "warmstart": {"enabled": True, "questions": 12, "epochs": 3, "batch_envs": 4},
+        "curriculum": {"retrieval_calls": {"kind": "constant", "start": 0.1, "end": 0.1}}})
+    train(cfg, show_progress=False)
+    summary = json.loads((tmp_path / "run" / "warmstart" / "summary.json").read_text())
+    assert summary["questions"] == 12 and summary["decisions"] >= 12
+    ws, _ = load_policy(tmp_path / "run" / "warmstart" / "policy")
+    out, _ = load_policy(tmp_path / "run" / "policy")
+    torch.testing.assert_close(out.red_proj_step_embedding, ws.red_proj_step_embedding)
+    # lr ~ 0: the trained policy is still the warm start
+    torch.testing.assert_close(out.retrieve_head.weight, ws.retrieve_head.weight, atol=1e-5, rtol=0)

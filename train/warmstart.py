@@ -1,0 +1,294 @@
+"""Supervised warm start from counterfactual step labels (DESIGN §5 "Counterfactual labels", §6).
+
+The trajectory cache makes every decision's counterfactual cheap: greedy decoding is deterministic, so the
+episode that differs from a behaviour policy π₀ at exactly one decision is a pure function of the question and
+that decision. For each training question this module, top to bottom:
+
+1. runs π₀ (``never`` by default — DESIGN §6's "rest of the policy fixed"; or a threshold trigger) and records
+   the observation of every decision it meets;
+2. for each decision ``k`` of that path, runs the episode that takes the *other* action at ``k`` and follows π₀
+   everywhere else (one batched :func:`train.evaluate.evaluate_policy` run per step index, resumable JSONL);
+3. labels decision ``k`` with the episode rewards ``R = quality − λ·calls`` of the two branches:
+   ``ΔR_k = R(retrieve at k) − R(accept at k)``, target ``y = 1[ΔR_k > 0]``, weight ``|ΔR_k|`` (cost-sensitive:
+   a decision that changes nothing but the cost weighs λ, one that flips the answer weighs 1 ± λ). The greedy
+   policy of this classifier is one exact policy-improvement step over π₀ on the states π₀ visits;
+4. fits the policy network itself (the same :class:`policies.rl.net.PolicyNet` the RLModule wraps, so REINFORCE
+   continues from it): content PCA and input statistics on the labelled observations, then weighted BCE on the
+   retrieve head (+ MSE of the value head on π₀'s reward), the epoch kept by validation gain over π₀ on held-out
+   questions;
+5. exports it (``<out_dir>/warmstart/policy``) with a ``summary.json``.
+
+Example (the micro-world's labels for the first 64 training questions, in seconds)::
+
+    >>> from train.warmstart import WarmStartOptions, run_warmstart  # doctest: +SKIP
+    >>> run_warmstart({"split": "train", "rsus_components": ["ent"], "signals": ["pulse", "output", "rsus", "content"]},
+    ...               WarmStartOptions(enabled=True, questions=64), "runs/ws", model_config={})  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from envs.config import ConfigBase, ConfigError, helpf
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class WarmStartOptions(ConfigBase):
+    """Counterfactual labels → supervised policy → REINFORCE (``TrainConfig.warmstart``)."""
+
+    enabled: bool = helpf(False, "label training questions counterfactually and fit the policy before REINFORCE")
+    questions: int | None = helpf(2000, "training questions to label: the first N of the env's split (null: all)")
+    behavior: str = helpf("never", "π₀ whose decisions are labelled: never | threshold")
+    signal: str = helpf("minprob", "behavior threshold: the signal (info['signals'] name)")
+    direction: str = helpf("below", "behavior threshold: retrieve when the signal is below | above")
+    threshold: float | None = helpf(None, "behavior threshold: the value")
+    lam: float | None = helpf(None, "λ_retrieval of the labels' reward (default: the curriculum's final λ)")
+    epochs: int = helpf(40, "passes over the labelled decisions")
+    lr: float = helpf(3e-3, "Adam learning rate")
+    weight_decay: float = helpf(1e-4, "AdamW weight decay")
+    batch_size: int = helpf(256, "decisions per gradient step")
+    val_share: float = helpf(0.1, "share of the labelled questions held out to choose the epoch")
+    batch_envs: int = helpf(16, "questions in flight per batched generation call while labelling")
+
+    def validate(self) -> None:
+        if self.behavior not in ("never", "threshold"):
+            raise ConfigError(f"WarmStartOptions: behavior must be never or threshold, got '{self.behavior}'")
+        if self.behavior == "threshold" and self.threshold is None:
+            raise ConfigError("WarmStartOptions: behavior 'threshold' needs 'threshold' (and signal, direction)")
+        if self.direction not in ("below", "above"):
+            raise ConfigError(f"WarmStartOptions: direction must be below or above, got '{self.direction}'")
+        if self.questions is not None and self.questions < 2:
+            raise ConfigError(f"WarmStartOptions: questions must be >= 2 (or null), got {self.questions}")
+        if not 0.0 < self.val_share < 1.0:
+            raise ConfigError(f"WarmStartOptions: val_share must be in (0, 1), got {self.val_share}")
+        if self.lam is not None and not (np.isfinite(self.lam) and self.lam >= 0):
+            raise ConfigError(f"WarmStartOptions: lam must be a finite number >= 0, got {self.lam}")
+        if self.epochs < 1 or self.lr <= 0 or self.batch_size < 1 or self.batch_envs < 1:
+            raise ConfigError("WarmStartOptions: epochs, batch_size, batch_envs must be >= 1 and lr > 0")
+
+
+# ---------------------------------------------------------------- triggers used for labelling
+def behavior_trigger(opts: WarmStartOptions):
+    """π₀ of the options."""
+    from policies.triggers import NeverTrigger, ThresholdTrigger
+
+    if opts.behavior == "never":
+        return NeverTrigger()
+    return ThresholdTrigger(opts.signal, float(opts.threshold), opts.direction, name="behavior")
+
+
+def decision_key(info: dict[str, Any]) -> tuple[int, int]:
+    """``(step index, retrievals already made on this step)``: names one decision of an episode."""
+    return int(info["step_index"]), int(info.get("retrievals_this_step", 0))
+
+
+class Recorder:
+    """π₀ that also records each decision's observation and action (shallow copies share the log)."""
+
+    def __init__(self, base, log_: dict):
+        self.base, self.log, self.name = base, log_, "behavior"
+
+    def reset(self, seed: int | None = None) -> None:
+        self.base.reset(seed)
+
+    def decide(self, observation, info):
+        a = int(self.base.decide(observation, info))
+        self.log[(info["question_id"], decision_key(info))] = (
+            {k: np.asarray(v, dtype=np.float32).copy() for k, v in observation.items()}, a)
+        return a
+
+
+class FlipAt:
+    """π₀ with the decision at step ``k`` (its first, before any retrieval there) reversed."""
+
+    def __init__(self, base, k: int):
+        self.base, self.k, self.name = base, int(k), f"flip@{k}"
+
+    def reset(self, seed: int | None = None) -> None:
+        self.base.reset(seed)
+
+    def decide(self, observation, info):
+        a = int(self.base.decide(observation, info))
+        return 1 - a if decision_key(info) == (self.k, 0) else a
+
+
+# ---------------------------------------------------------------- labels
+def counterfactual_labels(env_config: dict[str, Any], questions: list[int], opts: WarmStartOptions, lam: float,
+                          out_dir: Path, components=None, progress: bool = True) -> dict[str, Any]:
+    """Observations and counterfactual labels of π₀'s decisions on ``questions`` (see the module docstring).
+
+    Returns ``{"obs": {field: [N, d]}, "y", "w", "delta", "base_action", "base_reward", "question"}`` arrays
+    over the N labelled decisions, in (question, step) order."""
+    from envs.components import build_components
+    from envs.env_config import EnvConfig
+    from envs.registration import PRESETS
+    from train.evaluate import evaluate_policy
+
+    cfg = EnvConfig.from_dict({**PRESETS["microworld"], **env_config,
+                               "costs": {**(env_config.get("costs") or {}), "retrieval_calls": lam},
+                               "max_questions": None})
+    comps = components or build_components(cfg)
+    if opts.behavior == "threshold" and opts.signal not in comps.scalar_names():
+        raise ConfigError(f"WarmStartOptions.signal '{opts.signal}' is not produced by this env (available: "
+                          f"{', '.join(comps.scalar_names())})")
+    base = behavior_trigger(opts)
+    seen: dict = {}
+    desc = "warm start: behavior episodes" if progress else None
+    r0 = evaluate_policy(Recorder(base, seen), cfg, questions, batch_size=opts.batch_envs, components=comps,
+                         return_episodes=True, progress=desc)
+    by_q = {e["question_index"]: e for e in r0["episodes"]}
+    qid_of = {q: by_q[q]["question_id"] for q in questions}
+    keys = {q: sorted(k for (qid, k) in seen if qid == qid_of[q]) for q in questions}
+    flip_reward: dict[tuple[int, int], float] = {}
+    max_k = max((k[0] for ks in keys.values() for k in ks if k[1] == 0), default=0)
+    for k in range(1, max_k + 1):
+        qs = [q for q in questions if (k, 0) in keys[q]]
+        res = evaluate_policy(FlipAt(base, k), cfg, qs, batch_size=opts.batch_envs, components=comps,
+                              return_episodes=True, jsonl_path=out_dir / "labels" / f"flip_{k}.jsonl",
+                              progress=f"warm start: counterfactual at step {k}" if progress else None)
+        for e in res["episodes"]:
+            flip_reward[(e["question_index"], k)] = float(e["reward"])
+    rows = []
+    for q in questions:
+        for k in keys[q]:
+            if k[1] != 0:
+                continue  # a second decision on a step (retrieval caps > 1) has no single-flip branch here
+            obs, a = seen[(qid_of[q], k)]
+            rb, rf = float(by_q[q]["reward"]), flip_reward[(q, k[0])]
+            delta = (rf - rb) if a == 0 else (rb - rf)  # R(retrieve at k) − R(accept at k)
+            rows.append((q, obs, a, rb, delta))
+    if not rows:
+        raise ConfigError("warm start: the behavior policy made no decisions on the labelled questions")
+    fields = list(rows[0][1])
+    delta = np.array([r[4] for r in rows], dtype=np.float64)
+    return {"obs": {f: np.stack([r[1][f] for r in rows]) for f in fields},
+            "y": (delta > 0).astype(np.float32), "w": np.abs(delta).astype(np.float32), "delta": delta,
+            "base_action": np.array([r[2] for r in rows], dtype=np.int64),
+            "base_reward": np.array([r[3] for r in rows], dtype=np.float32),
+            "question": np.array([r[0] for r in rows], dtype=np.int64),
+            "behavior_reward": float(r0["reward"]), "behavior_accuracy": float(r0["accuracy"]),
+            "behavior_calls": float(r0["calls_per_question"])}
+
+
+# ---------------------------------------------------------------- fitting
+def decision_gain(p_retrieve: np.ndarray, data: dict[str, Any], idx: np.ndarray, threshold: float = 0.5) -> float:
+    """Mean per-question reward gained over π₀ by taking the classifier's action at each labelled decision
+    (each decision judged alone, the rest π₀): Σ_k ΔR_k·(1[p_k > t] − a_k) / questions."""
+    act = (p_retrieve[idx] > threshold).astype(np.float64)
+    gain = data["delta"][idx] * (act - data["base_action"][idx])
+    return float(gain.sum() / max(1, len(np.unique(data["question"][idx]))))
+
+
+def fit_policy(data: dict[str, Any], spec, opts: WarmStartOptions, seed: int = 0):
+    """The warm-started :class:`PolicyNet` and its fitting log (see the module docstring, item 4)."""
+    import torch
+
+    from policies.rl.net import PolicyNet
+
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    qs = np.unique(data["question"])
+    val_q = set(rng.choice(qs, size=max(1, int(round(opts.val_share * len(qs)))), replace=False).tolist())
+    is_val = np.array([q in val_q for q in data["question"]])
+    tr, va = np.flatnonzero(~is_val), np.flatnonzero(is_val)
+    obs = {k: torch.as_tensor(v) for k, v in data["obs"].items() if k in spec.fields}
+    net = PolicyNet(spec)
+    sub = {k: v[torch.as_tensor(tr)] for k, v in obs.items()}
+    net.fit_reducers(sub)
+    net.update_normalizer(sub)
+    y = torch.as_tensor(data["y"])
+    w = torch.as_tensor(data["w"])
+    ret = torch.as_tensor(data["base_reward"])
+    opt = torch.optim.AdamW(net.parameters(), lr=opts.lr, weight_decay=opts.weight_decay)
+    best = (-np.inf, None, -1)
+    history = []
+
+    def probs(idx: np.ndarray) -> np.ndarray:
+        net.eval()
+        with torch.no_grad():
+            out = net.forward_heads({k: v[torch.as_tensor(idx)] for k, v in obs.items()})
+        net.train()
+        return torch.softmax(out["retrieve_logits"], -1)[:, 1].numpy()
+
+    p_all = np.zeros(len(data["y"]))
+    for epoch in range(opts.epochs):
+        perm = rng.permutation(tr)
+        total = 0.0
+        for i in range(0, len(perm), opts.batch_size):
+            b = torch.as_tensor(perm[i:i + opts.batch_size])
+            out = net.forward_heads({k: v[b] for k, v in obs.items()})
+            logit = out["retrieve_logits"][:, 1] - out["retrieve_logits"][:, 0]
+            bce = torch.nn.functional.binary_cross_entropy_with_logits(logit, y[b], weight=w[b], reduction="sum")
+            loss = bce / w[b].sum().clamp_min(1e-8) + 0.5 * torch.mean((out["value"] - ret[b]) ** 2)
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+            opt.step()
+            total += loss.item() * len(b)
+        p_all[va] = probs(va)
+        g = decision_gain(p_all, data, va)
+        history.append({"epoch": epoch + 1, "train_loss": total / max(1, len(tr)), "val_gain": g})
+        if g > best[0]:
+            best = (g, {k: v.detach().clone() for k, v in net.state_dict().items()}, epoch + 1)
+    net.load_state_dict(best[1])
+    net.eval()
+    p_all[tr] = probs(tr)
+    p_all[va] = probs(va)
+    return net, {"best_epoch": best[2], "val_gain_per_question": best[0],
+                 "train_gain_per_question": decision_gain(p_all, data, tr), "history": history,
+                 "n_train_questions": int(len(qs) - len(val_q)), "n_val_questions": int(len(val_q))}
+
+
+# ---------------------------------------------------------------- the whole step
+def run_warmstart(env_config: dict[str, Any], opts: WarmStartOptions, out_dir: str | Path,
+                  model_config: dict[str, Any], lam: float = 0.1, seed: int = 0, progress: bool = True) -> Path:
+    """Label, fit and export; returns the exported policy directory (``<out_dir>/policy``). A finished
+    warm start (its ``summary.json`` present) is reused; an interrupted one resumes its label files."""
+    import torch
+
+    from envs.components import build_components
+    from envs.env_config import EnvConfig
+    from envs.io import write_json
+    from envs.registration import PRESETS
+    from envs.retrieval_env import RetrievalTimingEnv
+    from policies.rl.export import export_policy
+    from policies.rl.module import spec_from_spaces
+
+    out = Path(out_dir)
+    if (out / "summary.json").is_file() and (out / "policy" / "spec.json").is_file():
+        log.info("warm start: reusing %s", out / "policy")
+        return out / "policy"
+    t0 = time.perf_counter()
+    lam = opts.lam if opts.lam is not None else lam
+    cfg = EnvConfig.from_dict({**PRESETS["microworld"], **env_config, "max_questions": None})
+    comps = build_components(cfg)
+    n_split = len(comps.questions)
+    n = n_split if opts.questions is None else min(int(opts.questions), n_split)
+    data = counterfactual_labels(cfg.to_dict(), list(range(n)), opts, lam, out, components=comps, progress=progress)
+    env = RetrievalTimingEnv(cfg, components=comps)
+    spec = spec_from_spaces(env.observation_space, env.action_space, model_config)
+    env.close()
+    with torch.random.fork_rng():
+        net, fit = fit_policy(data, spec, opts, seed=seed)
+    path = export_policy(net, out / "policy", heads=("retrieve", "value"),
+                         extra={"name": "warmstart", "warmstart": {"lambda": lam, "behavior": opts.behavior}})
+    summary = {"questions": n, "decisions": int(len(data["y"])), "positives": int(data["y"].sum()),
+               "lambda": lam, "behavior": opts.to_dict(), "behavior_reward": data["behavior_reward"],
+               "behavior_accuracy": data["behavior_accuracy"], "behavior_calls": data["behavior_calls"],
+               "seconds": round(time.perf_counter() - t0, 1), **fit}
+    write_json(out / "summary.json", summary)
+    log.info("warm start: %d decisions of %d questions (%d positive), val gain over π₀ %+.4f reward/question "
+             "(epoch %d), %.0f s", summary["decisions"], n, summary["positives"], fit["val_gain_per_question"],
+             fit["best_epoch"], summary["seconds"])
+    (out / "labels").mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(out / "labels" / "decisions.npz", question=data["question"], delta=data["delta"],
+                        base_action=data["base_action"])
+    return path
