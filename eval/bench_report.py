@@ -313,19 +313,24 @@ def _blocks(summary: Mapping[str, Any], plot_keys: Sequence[str]) -> list[tuple[
     out.append(("h", 2, "Results"))
     if methods:
         has_lam = any(_num(m.get("lambda")) is not None for m in methods.values())
-        headers = ["method", "kind", "accuracy [95% CI]", "calls/q", "tokens", "seconds", "reward", "F1/call",
-                   "evidence recall", "threshold"] + (["λ"] if has_lam else []) + ["n"]
+        headers = ["method", "kind", "accuracy [95% CI]", "calls/q", "tokens", "seconds", "reward", "harm rate",
+                   "gain/call", "evidence recall", "threshold · query mode"] + (["λ"] if has_lam else []) + ["n"]
         rows = []
         for name, m in methods.items():
+            thr = _fmt(m.get("threshold"), 3)
+            if m.get("query_mode"):
+                thr = f"{thr} · {m['query_mode']}" if thr != DASH else str(m["query_mode"])
             row = [name, str(m.get("kind") or DASH), _fmt_ci(m.get("accuracy"), m.get("acc_lo"), m.get("acc_hi")),
                    _fmt(m.get("calls"), 2), _fmt_big(m.get("tokens")), _fmt(m.get("seconds"), 2),
-                   _fmt(m.get("reward"), 3), _fmt(m.get("f1_per_call"), 3), _fmt(m.get("recall_at_k"), 3),
-                   _fmt(m.get("threshold"), 3)]
+                   _fmt(m.get("reward"), 3), _fmt(m.get("harm_rate"), 3), _fmt(m.get("f1_per_call"), 3),
+                   _fmt(m.get("recall_at_k"), 3), thr]
             row += [_fmt_value(_num(m.get("lambda")))] if has_lam else []
             rows.append(row + [_fmt_int(m.get("n"))])
         out.append(("table", headers, rows, set(range(2, len(headers)))))
         if ref:
-            out.append(("p", f"Reference method for the comparisons: {ref}."))
+            out.append(("p", f"Reference method for the comparisons: {ref}. Harm rate: share of questions whose "
+                             f"quality is below {ref}'s; gain/call: (quality − {ref}'s) per retrieval call; evidence "
+                             "recall: share of a question's gold passages injected during its episode."))
     else:
         out.append(("p", "No methods."))
 

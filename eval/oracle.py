@@ -59,9 +59,62 @@ def enumerate_leaves(env, question_index: int, max_leaves: int = 4096) -> list[L
     return leaves
 
 
+def enumerate_leaves_batched(venv, question_indices: list[int], max_leaves: int = 4096, progress=None,
+                             modes: list[int] | None = None) -> dict[int, list[Leaf]]:
+    """:func:`enumerate_leaves` for many questions at once, breadth first: each round replays every open action
+    prefix (trajectory-cache hits) and generates the records one decision deeper for all of them in batched
+    reasoner calls (``venv``: an :class:`envs.vector.BatchedRetrievalEnv`). Same leaves as the depth-first
+    search, in another order (:func:`best_leaf` does not depend on it).
+
+    ``modes``: with an env of QueryGen actions (``querygen: true``), the query-mode indices a retrieval may use;
+    actions are then ``(retrieve, mode)`` pairs and each retrieval branches once per mode (the oracle over when
+    *and* how to ask). ``None``: plain ``0/1`` actions (the env's default mode)."""
+    envs = venv.envs
+    cfg = envs[0].config
+    if (modes is not None) != bool(cfg.querygen):
+        raise ValueError("enumerate_leaves_batched: modes need an env with querygen actions, and such an env modes")
+    accept = (0, 0) if modes is not None else 0
+    retrieve = [(1, int(m)) for m in modes] if modes is not None else [1]
+    leaves: dict[int, list[Leaf]] = {int(q): [] for q in question_indices}
+    frontier: list[tuple[int, tuple[int, ...]]] = [(int(q), ()) for q in question_indices]
+    while frontier:
+        nxt: list[tuple[int, tuple[int, ...]]] = []
+        for start in range(0, len(frontier), len(envs)):
+            chunk = frontier[start:start + len(envs)]
+            es = envs[:len(chunk)]
+            infos = [i for _, i in venv._run([e.reset_gen(options={"question_index": q}) for e, (q, _) in zip(es, chunk)])]
+            totals: list[dict] = [{} for _ in chunk]
+            done = [False] * len(chunk)
+            for t in range(max(len(a) for _, a in chunk)):
+                idx = [j for j, (_, a) in enumerate(chunk) if t < len(a)]
+                for j, (_, _, te, tr, info) in zip(idx, venv._run([es[j].step_gen(chunk[j][1][t]) for j in idx])):
+                    infos[j], done[j] = info, bool(te or tr)
+                    for k, v in info["costs"].items():
+                        totals[j][k] = totals[j].get(k, 0.0) + v
+            for j, (q, a) in enumerate(chunk):
+                info = infos[j]
+                if done[j]:
+                    leaves[q].append(Leaf(a, float(info["quality"]), int(info["retrievals"]), totals[j]))
+                    if progress is not None:
+                        progress.update(0)
+                    continue
+                if len(leaves[q]) >= max_leaves:
+                    log.warning("question %d: stopped after %d leaves", q, max_leaves)
+                    continue
+                nxt.append((q, a + (accept,)))
+                if (info["retrievals"] < cfg.max_retrievals_per_question
+                        and info["retrievals_this_step"] < cfg.max_retrievals_per_step):
+                    nxt += [(q, a + (r,)) for r in retrieve]
+        if progress is not None:
+            progress.set_postfix_str(f"{len(nxt)} open prefixes")
+        frontier = nxt
+    return leaves
+
+
 def best_leaf(leaves: list[Leaf], weights: dict[str, float]) -> Leaf:
     """The leaf with the highest ``quality − Σ λ·cost`` (ties: fewer calls, then lexicographic)."""
     def score(leaf: Leaf):
         pen = sum(weights.get(k, 0.0) * v for k, v in leaf.costs.items())
-        return (leaf.quality - pen, -leaf.calls, tuple(-a for a in leaf.actions))
+        flat = tuple(-x for a in leaf.actions for x in (a if isinstance(a, tuple) else (a,)))
+        return (leaf.quality - pen, -leaf.calls, flat)
     return max(leaves, key=score)

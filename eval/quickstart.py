@@ -82,11 +82,23 @@ def run(args) -> int:
 
 
 def _report(metrics, tsum, summary, timings, format_metrics) -> str:
-    rows = ["| method | kind | accuracy [95% CI] | calls / q | reward |", "|---|---|---|---|---|"]
+    rows = ["| method | kind | accuracy [95% CI] | calls / q | reward | harm rate | query mode |",
+            "|---|---|---|---|---|---|---|"]
     for k, v in sorted(summary["methods"].items(), key=lambda kv: -kv[1]["reward"]):
+        harm = "–" if v.get("harm_rate") is None else f"{v['harm_rate']:.3f}"
         rows.append(f"| {k} | {v['kind']} | {v['accuracy']:.3f} [{v['acc_lo']:.3f}, {v['acc_hi']:.3f}] | "
-                    f"{v['calls']:.2f} | {v['reward']:.3f} |")
+                    f"{v['calls']:.2f} | {v['reward']:.3f} | {harm} | {v.get('query_mode') or 'env default'} |")
     notes = "\n".join(f"- {n}" for n in summary.get("notes", []))
+    headline = []
+    for k, v in summary["methods"].items():
+        d, g = v.get("vs_best_fixed"), v.get("oracle_gap_fraction")
+        if d:
+            line = (f"**{k} − best fixed ({d['method']}, chosen on dev): {d['diff']:+.3f} reward [95% CI "
+                    f"{d['lo']:+.3f}, {d['hi']:+.3f}]**")
+            if g:
+                line += (f"; fraction of the oracle gap closed {g['fraction']:.2f} [95% CI {g['lo']:.2f}, "
+                         f"{g['hi']:.2f}]")
+            headline.append(line + ".")
     return (
         "# Kairos quickstart: the micro-world\n\n"
         f"Wall time {timings['total_s'] / 60:.1f} min (world evaluation {timings['world_eval_s']:.0f} s, "
@@ -97,7 +109,8 @@ def _report(metrics, tsum, summary, timings, format_metrics) -> str:
         + ", ".join(f"{k} {v:.3f}" for k, v in sorted(tsum.get("final_metrics", {}).items())
                     if k in ("episode_return", "quality", "retrievals_per_episode", "retrieve_prob"))
         + ".\n\n![learning curves](train/curves.png)\n\n"
-        "## 3. Benchmark (held-out test questions)\n\n" + "\n".join(rows) + "\n\n" + notes + "\n\n"
+        "## 3. Benchmark (held-out test questions)\n\n" + "\n\n".join(headline) + ("\n\n" if headline else "")
+        + "\n".join(rows) + "\n\n" + notes + "\n\n"
         "Full report with statistics and plots: [bench/report.html](bench/report.html) "
         "([Markdown](bench/report.md)).\n"
     )

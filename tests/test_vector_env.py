@@ -66,3 +66,17 @@ def test_oracle_enumerates_leaves(cfg):
     assert best_leaf(leaves, {"retrieval_calls": 100.0}).calls == 0
     never = next(lf for lf in leaves if lf.calls == 0)
     assert best_leaf(leaves, {"retrieval_calls": 0.0}).quality >= never.quality
+
+
+def test_batched_tree_search_finds_the_same_leaves(cfg):
+    from envs.retrieval_env import RetrievalTimingEnv
+    from envs.vector import BatchedRetrievalEnv
+    from eval.oracle import enumerate_leaves, enumerate_leaves_batched
+
+    c = {**cfg, "max_retrievals_per_question": 2}
+    env = RetrievalTimingEnv(c)
+    dfs = {q: sorted((lf.actions, lf.quality, lf.calls) for lf in enumerate_leaves(env, q)) for q in (0, 1, 2)}
+    venv = BatchedRetrievalEnv(4, c, components=env.c)
+    bfs = enumerate_leaves_batched(venv, [0, 1, 2])
+    venv.close()
+    assert {q: sorted((lf.actions, lf.quality, lf.calls) for lf in v) for q, v in bfs.items()} == dfs

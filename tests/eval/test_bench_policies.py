@@ -129,7 +129,8 @@ def test_query_modes_are_calibrated_on_dev_and_the_best_fixed_is_chosen_on_dev(t
                {"name": "IRCoT[info_need]", "kind": "always", "query_mode": "info_need"},
                {"name": "learned", "kind": "learned", "path": str(_export_random_policy(tmp_path)),
                 "query_mode": "info_need", "calibrate": True, "thresholds": [0.3, 0.7]},
-               {"name": "CacheOracle", "kind": "cache_oracle"}]
+               {"name": "CacheOracle", "kind": "cache_oracle"},
+               {"name": "CacheOracle[any]", "kind": "cache_oracle", "query_modes": ["all"]}]
     cfg = _cfg(tmp_path, methods, env={"split": "dev", "rsus_components": ["ent"], "query_modes": modes,
                                        "cache_path": str(tmp_path / "cache.sqlite")}, test_curves=False)
     s = run_bench(cfg)
@@ -149,6 +150,9 @@ def test_query_modes_are_calibrated_on_dev_and_the_best_fixed_is_chosen_on_dev(t
     g = s["oracle_gap"]["learned"]
     assert g["lo"] <= g["fraction"] <= g["hi"] or not np.isfinite(g["fraction"])
     assert any("oracle-gap fraction" in n for n in s["notes"])
+    # searching the query modes too can only raise the ceiling
+    assert s["methods"]["CacheOracle[any]"]["reward"] >= s["methods"]["CacheOracle"]["reward"] - 1e-9
+    assert s["methods"]["CacheOracle[any]"]["reward"] >= max(v["reward"] for v in s["methods"].values()) - 1e-9
     assert s["methods"]["CoT"]["harm_rate"] is None
     assert 0.0 <= s["methods"]["FLARE"]["harm_rate"] <= 1.0
 
@@ -159,6 +163,6 @@ def test_mode_errors(tmp_path):
                         {"name": "F", "kind": "threshold", "signal": "minprob", "query_mode": "nope"}])
     with pytest.raises(ConfigError, match="query_modes .calibrating the query mode. is for threshold"):
         _cfg(tmp_path, [{"name": "CoT", "kind": "never", "query_modes": ["all"]}])
-    with pytest.raises(ConfigError, match="takes no 'env' or 'query_mode' override"):
+    with pytest.raises(ConfigError, match="takes no 'env' override"):
         run_bench(_cfg(tmp_path, [{"name": "CoT", "kind": "never"},
                                   {"name": "O", "kind": "cache_oracle", "env": {"injection": "front"}}]))
