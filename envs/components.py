@@ -180,7 +180,8 @@ RECORD_VERSION = 2
 
 def _namespace(kind: str, identity, config: EnvConfig) -> str:
     outcome_fields = {k: v for k, v in config.to_dict().items()
-                      if k not in ("costs", "cost_params", "cache_path", "split", "max_questions", "querygen")}
+                      if k not in ("costs", "cost_params", "cache_path", "split", "max_questions", "querygen",
+                                   "fact_holdout")}
     # the retrieval caps decide which action prefixes an episode reaches, never what a prefix's record holds (a
     # capped "retrieve" is recorded as an accept): a capped run reads the records of an uncapped one
     defaults = EnvConfig()
@@ -264,7 +265,7 @@ def _microworld(config: EnvConfig) -> Components:
     if config.reasoner != "micro":
         raise ValueError(f"the micro-world task runs the micro-world LM (reasoner 'micro'), got '{config.reasoner}'")
     world = load_artifact(config.artifact)
-    task = MicroWorldTask(world, config.split)
+    task = MicroWorldTask(world, config.split, config.fact_holdout or None)
     reasoner = MicroReasoner(world, max_step_tokens=config.max_step_tokens)
     corpus = world.corpus()
     if "rind" in config.signals:

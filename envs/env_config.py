@@ -19,6 +19,9 @@ class EnvConfig(ConfigBase):
     reasoner: str = helpf("micro", "reasoner backend name (micro | hf | openai)")
     artifact: str | None = helpf(None, "micro-world artifact directory (default: the shipped one)")
     max_questions: int | None = helpf(None, "use only the first N questions of the split (a training pool)")
+    fact_holdout: dict = helpf({}, "micro-world fact-disjoint condition: {share, seed, keep: train | test} — hold "
+                                   "out a seeded share of the facts; 'train' keeps the questions whose gold chain "
+                                   "avoids them, 'test' those that need one ({}: off)")
     data_path: str | None = helpf(None, "dataset file for real-data tasks (default: the shared data)")
     retriever: str = helpf("bm25", "retriever: bm25 | colbert")
     index_path: str | None = helpf(None, "prebuilt index directory (default: build BM25 in memory)")
@@ -66,6 +69,21 @@ class EnvConfig(ConfigBase):
         if bad:
             raise ConfigError(f"EnvConfig: unknown observation group '{bad[0]}' in 'signals' (valid: "
                               f"{', '.join(OBSERVATION_GROUPS)})")
+        if self.max_questions is not None and self.max_questions < 1:
+            raise ConfigError(f"EnvConfig: max_questions must be >= 1 (or null for the whole split), got "
+                              f"{self.max_questions}")
+        if self.fact_holdout:
+            extra = sorted(set(self.fact_holdout) - {"share", "seed", "keep"})
+            if extra:
+                raise ConfigError(f"EnvConfig: fact_holdout has unknown key '{extra[0]}' (valid: share, seed, keep)")
+            share = self.fact_holdout.get("share")
+            if not isinstance(share, (int, float)) or not 0.0 < float(share) < 1.0:
+                raise ConfigError(f"EnvConfig: fact_holdout.share must be in (0, 1), got {share!r}")
+            if self.fact_holdout.get("keep", "train") not in ("train", "test"):
+                raise ConfigError(f"EnvConfig: fact_holdout.keep must be 'train' or 'test', got "
+                                  f"{self.fact_holdout.get('keep')!r}")
+            if self.task != "microworld":
+                raise ConfigError("EnvConfig: fact_holdout is a micro-world condition (task: microworld)")
         if self.content_layers is not None and (not self.content_layers or min(self.content_layers) < 0):
             raise ConfigError(f"EnvConfig: content_layers must be a non-empty list of layer indices >= 0, got "
                               f"{self.content_layers}")

@@ -289,6 +289,8 @@ class Runner:
         from train.evaluate import evaluate_policy
 
         name = _slug(tag or trigger.name)
+        if getattr(trigger, "fingerprint", None):  # a learned policy: its rows belong to these weights only
+            name += f".w{trigger.fingerprint}"
         env_config, components = self._with_overrides(env)
         if mode is not None:
             trigger = FixedModeTrigger(trigger, list(env_config.query_modes).index(mode), mode)
@@ -480,7 +482,7 @@ def _cache_oracle(runner: Runner, questions: range, lam: float, max_leaves: int 
     idx = [list(cfg.query_modes).index(m) for m in modes] if modes is not None else None
     venv = BatchedRetrievalEnv(runner.cfg.batch_size, cfg, components=runner.components)
     try:
-        with tqdm(desc="test cache oracle (decision-tree search)", leave=False) as bar:
+        with tqdm(desc="test cache oracle (decision-tree search)", unit="leaf", leave=False) as bar:
             trees = enumerate_leaves_batched(venv, list(questions), max_leaves=max_leaves, progress=bar, modes=idx)
         rows = []
         env = venv.envs[0]

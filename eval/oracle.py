@@ -96,7 +96,7 @@ def enumerate_leaves_batched(venv, question_indices: list[int], max_leaves: int 
                 if done[j]:
                     leaves[q].append(Leaf(a, float(info["quality"]), int(info["retrievals"]), totals[j]))
                     if progress is not None:
-                        progress.update(0)
+                        progress.update(1)
                     continue
                 if len(leaves[q]) >= max_leaves:
                     log.warning("question %d: stopped after %d leaves", q, max_leaves)

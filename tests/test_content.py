@@ -171,3 +171,29 @@ def test_module_fits_the_reducer_on_its_first_training_batch():
     assert m.net.needs_reducer_fit
     m.forward_train({Columns.OBS: {"step_embedding": torch.randn(32, 6), "pulse": torch.randn(32, 2)}})
     assert not m.net.needs_reducer_fit and m.net.red_proj_step_embedding.abs().sum() > 0
+
+
+# ---------------------------------------------------------------- the fact-disjoint condition
+def test_fact_disjoint_split_is_disjoint_on_the_fact_sets():
+    from envs.registration import make_env
+
+    hold = {"share": 0.33, "seed": 0}
+    tr = make_env("microworld", {"split": "train", "fact_holdout": {**hold, "keep": "train"}})
+    te = make_env("microworld", {"split": "dev", "fact_holdout": {**hold, "keep": "test"}})
+    task_tr, task_te = tr.c.task, te.c.task
+    held = task_tr.held_out
+    assert held == task_te.held_out and 0.25 < len(held) / len(task_tr.kb.facts) < 0.4
+    train_facts = {f for q in task_tr.questions for f in task_tr.gold_passages(q)}
+    assert train_facts and not (train_facts & held)                      # no training chain states a held-out fact
+    assert task_te.questions and all(held & set(task_te.gold_passages(q)) for q in task_te.questions)
+    spouse = {f.id: f for f in task_tr.kb.facts if f.relation == "spouse"}
+    for f in spouse.values():  # a marriage is held out both ways or not at all
+        twin = next(g for g in spouse.values() if (g.subject, g.object) == (f.object, f.subject))
+        assert (f.id in held) == (twin.id in held)
+    assert tr.c.namespace == make_env("microworld", {"split": "train"}).c.namespace  # selection only
+    with pytest.raises(ConfigError, match="fact_holdout.share must be in"):
+        make_env("microworld", {"fact_holdout": {"share": 1.5}})
+    with pytest.raises(ConfigError, match="unknown key 'sede'"):
+        make_env("microworld", {"fact_holdout": {"share": 0.3, "sede": 1}})
+    with pytest.raises(ConfigError, match="max_questions must be >= 1"):
+        make_env("microworld", {"max_questions": -5})

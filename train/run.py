@@ -238,6 +238,9 @@ def train(cfg: TrainConfig, resume: bool = False, stop_after: int | None = None,
             log.info("resumed from %s (iteration %d)", restored, algo.iteration)
         elif warm:
             warm_start(algo, warm)
+            if cfg.snapshot_every and not (out / "snapshots" / "iter_0000").exists():
+                # the starting point is a candidate too: model selection on dev may keep it
+                shutil.copytree(warm, out / "snapshots" / "iter_0000")
         writer = SummaryWriter(str(out / "tb"), purge_step=algo.iteration + 1 if restored else None)
         first = algo.iteration
         metrics_path = out / "metrics.jsonl"

@@ -6,14 +6,42 @@ from envs.microworld.labels import gold_answer, label_step
 from envs.microworld.questions import Question
 
 
-class MicroWorldTask:
-    """Questions of one split of a loaded micro-world."""
+def holdout_facts(kb, share: float, seed: int) -> set[str]:
+    """A seeded ``share`` of the world's facts, held out of training for a fact-disjoint split.
 
-    def __init__(self, world, split: str = "train"):
+    Facts are drawn as units: a spouse pair (stated both ways) is one unit, so neither direction of a held-out
+    marriage can appear in a training chain."""
+    import numpy as np
+
+    units: dict[tuple, list[str]] = {}
+    for f in sorted(kb.facts, key=lambda f: f.id):
+        key = ("spouse", *sorted((f.subject, f.object))) if f.relation == "spouse" else (f.id,)
+        units.setdefault(key, []).append(f.id)
+    keys = sorted(units)
+    rng = np.random.default_rng(seed)
+    chosen = rng.choice(len(keys), size=int(round(share * len(keys))), replace=False)
+    return {fid for i in chosen for fid in units[keys[int(i)]]}
+
+
+class MicroWorldTask:
+    """Questions of one split of a loaded micro-world.
+
+    ``fact_holdout`` (``{"share", "seed", "keep"}``) makes a **fact-disjoint** condition: a seeded share of the
+    facts is held out; ``keep: train`` keeps the split's questions whose gold chain uses none of them (a training
+    pool), ``keep: test`` those whose chain uses at least one (every such question hinges on a fact no training
+    chain states, so memorising content cannot help)."""
+
+    def __init__(self, world, split: str = "train", fact_holdout: dict | None = None):
         if split not in world.questions:
             raise ValueError(f"unknown micro-world split '{split}' (valid: {', '.join(world.questions)})")
         self.world, self.kb = world, world.kb
         self.questions: list[Question] = list(world.questions[split])
+        self.held_out: set[str] = set()
+        if fact_holdout:
+            self.held_out = holdout_facts(self.kb, float(fact_holdout["share"]), int(fact_holdout.get("seed", 0)))
+            test = fact_holdout.get("keep", "train") == "test"
+            self.questions = [q for q in self.questions
+                              if bool(self.held_out & set(self.gold_passages(q))) == test]
 
     def question_id(self, q: Question) -> str:
         return q.id

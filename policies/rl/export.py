@@ -56,6 +56,18 @@ def export_policy(net: PolicyNet, out_dir: str | Path, heads: tuple[str, ...] = 
     return out
 
 
+def policy_fingerprint(path: str | Path) -> str:
+    """A short content hash of an exported policy (spec + weights): two exports with the same fingerprint decide
+    alike, whatever their paths (benchmarks key their resumable per-question files by it)."""
+    import hashlib
+
+    path = Path(path)
+    h = hashlib.sha256()
+    for f in ("spec.json", "weights.pt"):
+        h.update((path / f).read_bytes())
+    return h.hexdigest()[:10]
+
+
 def load_policy(path: str | Path) -> tuple[PolicyNet, dict[str, Any]]:
     """``(net, meta)`` from an exported directory; heads that were not exported keep their fresh init."""
     path = Path(path)
@@ -88,13 +100,16 @@ class LearnedTrigger:
         self.name = name
         self.threshold = float(threshold)
         self.querygen = (net.query_head is not None) if querygen is None else querygen
+        self.fingerprint: str | None = None  # content hash of the export it was loaded from (policy_fingerprint)
 
     @classmethod
     def load(cls, path: str | Path, name: str | None = None, querygen: bool | None = None,
              threshold: float = 0.5) -> LearnedTrigger:
         net, meta = load_policy(path)
         q = querygen if querygen is not None else ("query" in meta["heads"] and net.query_head is not None)
-        return cls(net, name=name or meta.get("name", Path(path).name), querygen=q, threshold=threshold)
+        t = cls(net, name=name or meta.get("name", Path(path).name), querygen=q, threshold=threshold)
+        t.fingerprint = policy_fingerprint(path)
+        return t
 
     def reset(self, seed: int | None = None) -> None:
         return None
