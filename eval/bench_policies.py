@@ -91,6 +91,7 @@ class MethodSpec(ConfigBase):
     query_modes: list[str] = helpf([], "threshold: calibrate the query formulation on dev too — the (mode, "
                                        "threshold) pair with the best dev reward is evaluated on test; 'all' = "
                                        "every env query mode")
+    curve: bool = helpf(True, "threshold: also sweep the grid on test for the plot's curve (when test_curves is on)")
     calibrate: bool = helpf(False, "learned: calibrate the retrieve-probability threshold on dev (grid "
                                    "'thresholds', default 0.05…0.95) instead of the greedy 0.5")
 
@@ -395,7 +396,7 @@ def _run_method(m: MethodSpec, runner: Runner, cot_dev, dev, test, results, cali
         res = runner.run(make_trigger(m, threshold=chosen), "test", test, tag=_tag(m.name, mode, f"{chosen:.6g}"),
                          env=m.env, mode=mode)
         res["threshold"], res["query_mode"] = chosen, mode
-        if runner.cfg.test_curves and grid:
+        if runner.cfg.test_curves and m.curve and grid:
             curve = []
             for t in sorted(set(grid) | {chosen}):
                 r = runner.run(make_trigger(m, threshold=t), "test", test, tag=_tag(m.name, mode, f"{t:.6g}"),

@@ -65,9 +65,11 @@ def run(args) -> int:
     overrides = [f"test={args.test}"] if args.test else []
     bcfg = load_config(args.bench_config, out=str(out / "bench"), overrides=overrides)
     lam = tcfg.curriculum["retrieval_calls"].end if "retrieval_calls" in tcfg.curriculum else None
-    for m in bcfg.methods:
+    config_out = Path(TrainConfig.from_yaml(args.train_config).out_dir)
+    for m in bcfg.methods:  # the benchmark's learned methods point into the run this job just trained
         if m.kind == "learned":
-            m.path, m.lam = str(out / "train" / "policy_trigger"), lam
+            rel = Path(m.path).relative_to(config_out) if Path(m.path).is_relative_to(config_out) else Path("policy_trigger")
+            m.path, m.lam = str(out / "train" / rel), lam
     t2 = time.perf_counter()
     summary = run_bench(bcfg)
     timings["bench_s"] = time.perf_counter() - t2

@@ -21,6 +21,7 @@ cfg = yaml.safe_load(open("configs/train_microworld.yaml"))
 cfg.update(name="ray_job_smoke", out_dir=f"{out}/run", iterations=2, checkpoint_every=1)
 cfg["algo"]["episodes_per_batch"] = 16
 cfg["env_config"].update(max_questions=32, cache_path=f"{out}/cache.sqlite")
+cfg["warmstart"].update(questions=16, epochs=2)
 yaml.safe_dump(cfg, open(f"{out}/train.yaml", "w"))
 PY
 export RAY_ADDRESS="http://127.0.0.1:$DASH"
