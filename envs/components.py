@@ -95,10 +95,12 @@ class Components:
             feats[g] = np.concatenate([sig[n] for n in parts]).astype(np.float16 if g in HALF_GROUPS else np.float32)
             mask[g] = float(min(m[n] for n in parts))
         scalars = {k: float(sig[s][i]) for k, (s, i) in SCALARS.items() if s in sig and m.get(s, 0) > 0}
-        # RSUS components that could not be computed are masked individually (their slot is 0)
+        # RSUS components that are not configured, or configured but not computable at this step (no confidence
+        # source, no samples, no marker), are masked individually: left out of the scalars, so they show in
+        # info["masked_signals"] (their observation slot is 0 with availability flag 0)
         if "rsus" in sig and m.get("rsus", 0) > 0:
-            for comp in ("u_verb", "u_ent", "u_cons"):
-                if comp[2:] not in self.rsus_components:
+            for i, comp in enumerate(("u_verb", "u_ent", "u_cons")):
+                if comp[2:] not in self.rsus_components or sig["rsus"][4 + i] == 0:
                     scalars.pop(comp, None)
         for name, probe in self.probes.items():
             value = float(probe(step, state))
@@ -174,8 +176,9 @@ def _extractor(config: EnvConfig, reasoner, n_layers: int, hidden: int, corpus_t
 
 
 #: bumped when what a cached StepRecord holds changes meaning (2: ``seconds`` is the record's own share of a
-#: batched generation call, no longer the whole round's wall time)
-RECORD_VERSION = 2
+#: batched generation call, no longer the whole round's wall time; 3: the rsus group carries each component's
+#: availability flag)
+RECORD_VERSION = 3
 
 
 def _namespace(kind: str, identity, config: EnvConfig) -> str:

@@ -590,7 +590,7 @@ def summarize(cfg: BenchConfig, runner: Runner, results: dict[str, dict], calib:
                 line += (f"; oracle-gap fraction (learned − best fixed) / ({oracle} − best fixed) = "
                          f"{g['fraction']:.2f} [95% CI {g['lo']:.2f}, {g['hi']:.2f}]")
             notes.append(line + ".")
-    notes += _seed_pooled_notes(cfg, kinds, results, learned, best_fixed)
+    notes += _seed_pooled_notes(cfg, kinds, results, learned, best_fixed, oracle)
     for k, why in skipped.items():
         notes.append(f"Skipped {k}: {why}.")
     breakdowns = _breakdowns(cfg, runner, results)
@@ -608,8 +608,8 @@ def summarize(cfg: BenchConfig, runner: Runner, results: dict[str, dict], calib:
     }
 
 
-def _seed_pooled_notes(cfg: BenchConfig, kinds: dict, results: dict, learned: list[str], best_fixed: str | None
-                       ) -> list[str]:
+def _seed_pooled_notes(cfg: BenchConfig, kinds: dict, results: dict, learned: list[str], best_fixed: str | None,
+                       oracle: str | None = None) -> list[str]:
     """Learned methods of one ``group`` (seeds of one configuration): per-question rewards averaged over the
     seeds, then a paired bootstrap against the best fixed trigger — the 'over N seeds' comparison."""
     from eval import stats
@@ -625,10 +625,15 @@ def _seed_pooled_notes(cfg: BenchConfig, kinds: dict, results: dict, learned: li
         d = stats.paired_bootstrap(pooled, ref, n_resamples=cfg.n_resamples, seed=cfg.seed)
         per_seed = ", ".join(f"{results[k]['reward']:.3f}" for k in names)
         wins = sum(results[k]["reward"] > results[best_fixed]["reward"] for k in names)
-        out.append(f"Learned '{group}' over {len(names)} seeds (rewards {per_seed}; {wins}/{len(names)} above "
-                   f"{best_fixed}): mean reward {pooled.mean():.3f} vs {best_fixed} {ref.mean():.3f}, difference "
-                   f"{d['diff']:+.3f} [95% CI {d['lo']:+.3f}, {d['hi']:+.3f}], p = {d['p_value']:.4f} (paired "
-                   "bootstrap over questions, seeds averaged per question).")
+        line = (f"Learned '{group}' over {len(names)} seeds (rewards {per_seed}; {wins}/{len(names)} above "
+                f"{best_fixed}): mean reward {pooled.mean():.3f} vs {best_fixed} {ref.mean():.3f}, difference "
+                f"{d['diff']:+.3f} [95% CI {d['lo']:+.3f}, {d['hi']:+.3f}], p = {d['p_value']:.4f} (paired "
+                "bootstrap over questions, seeds averaged per question)")
+        if oracle:
+            g = stats.gap_fraction(pooled, ref, [e["reward"] for e in results[oracle]["episodes"]],
+                                   n_resamples=cfg.n_resamples, seed=cfg.seed)
+            line += f"; oracle-gap fraction {g['fraction']:.2f} [95% CI {g['lo']:.2f}, {g['hi']:.2f}]"
+        out.append(line + ".")
     return out
 
 

@@ -107,7 +107,7 @@ def test_content_off_keeps_the_namespace():
     from envs.trajectory_cache import namespace_of
 
     fields = {k: v for k, v in d.items() if k not in ("costs", "cost_params", "cache_path", "split", "max_questions",
-                                                      "querygen", "compress_evidence", "tau_rel")}
+                                                      "querygen", "compress_evidence", "tau_rel", "fact_holdout")}
     assert a == namespace_of("micro", ["x"], fields, RECORD_VERSION)
 
 

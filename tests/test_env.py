@@ -144,3 +144,16 @@ def test_retrieval_caps_share_the_cache_namespace_and_records():
         _, _, _, _, i2 = env.step(1 if env is capped else 0)  # capped: the retrieve becomes an accept
         texts.append((i1["step_text"], i2["step_text"], i2["action_prefix"]))
     assert texts[0] == texts[1] and capped.unwrapped._retrievals == 1
+
+
+def test_configured_rsus_component_without_a_source_is_masked_not_zero():
+    """U_verb configured on a reasoner that cannot answer the confidence prompt (and no proxy): masked and listed,
+    never reported as a real 0 (the rsus group carries each component's availability flag)."""
+    from envs.registration import make_env
+
+    env = make_env("microworld", {"split": "dev", "rsus_components": ["ent", "verb"]})
+    obs, info = env.reset(options={"question_index": 0})
+    assert "u_verb" in info["masked_signals"] and "u_verb" not in info["signals"]
+    assert "u_ent" in info["signals"] and "u_ent" not in info["masked_signals"]
+    assert obs["rsus"].shape == (7,) and obs["rsus"][4] == 0.0 and obs["rsus"][5] == 1.0
+    env.close()

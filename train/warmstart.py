@@ -141,6 +141,7 @@ def counterfactual_labels(env_config: dict[str, Any], questions: list[int], opts
                           f"{', '.join(comps.scalar_names())})")
     base = behavior_trigger(opts)
     seen: dict = {}
+    log.info("warm start: %s episodes on %d questions (λ = %g)", opts.behavior, len(questions), lam)
     desc = "warm start: behavior episodes" if progress else None
     r0 = evaluate_policy(Recorder(base, seen), cfg, questions, batch_size=opts.batch_envs, components=comps,
                          return_episodes=True, progress=desc)
@@ -151,6 +152,7 @@ def counterfactual_labels(env_config: dict[str, Any], questions: list[int], opts
     max_k = max((k[0] for ks in keys.values() for k in ks if k[1] == 0), default=0)
     for k in range(1, max_k + 1):
         qs = [q for q in questions if (k, 0) in keys[q]]
+        log.info("warm start: counterfactual episodes at step %d (%d questions)", k, len(qs))
         res = evaluate_policy(FlipAt(base, k), cfg, qs, batch_size=opts.batch_envs, components=comps,
                               return_episodes=True, jsonl_path=out_dir / "labels" / f"flip_{k}.jsonl",
                               progress=f"warm start: counterfactual at step {k}" if progress else None)

@@ -18,7 +18,8 @@
 
 A component that cannot be computed (no confidence source, no corpus, no samples, or U_cons skipped at a
 step without a marker) is left out and the remaining weights are renormalised to sum to 1; the signal
-vector is ``[RSUS, U_verb, U_ent, U_cons]`` with 0 for a missing component.
+vector is ``[RSUS, U_verb, U_ent, U_cons, has_verb, has_ent, has_cons]``: a missing component's value is 0 and
+its flag 0, so nothing downstream mistakes it for a real 0 (the env lists it in ``info["masked_signals"]``).
 
 Example:
     >>> round(u_cons(["Step 2 : A 's mother is B .", "A 's mother is B .", "A 's mother is C ."]), 4)
@@ -27,7 +28,7 @@ Example:
     ...             u_verb=lambda step, state: 0.5, config=RSUSConfig(w_cons=0.0))
     >>> from agents.reasoners.base import Step
     >>> [round(float(x), 3) for x in rsus(Step(1, "", "Mira 's father is Tovan .", False))]
-    [0.5, 0.5, 0.5, 0.0]
+    [0.5, 0.5, 0.5, 0.0, 1.0, 1.0, 0.0]
 """
 
 from __future__ import annotations
@@ -251,7 +252,8 @@ class RSUSConfig(ConfigBase):
 
 @register_signal("rsus")
 class RSUS(SignalBase):
-    """RSUS and its components, ``[RSUS, U_verb, U_ent, U_cons]``, each in [0, 1].
+    """RSUS, its components and their availability, ``[RSUS, U_verb, U_ent, U_cons, has_verb, has_ent, has_cons]``,
+    each in [0, 1] (see the module docstring).
 
     Args:
         config: weights and options.
@@ -264,7 +266,7 @@ class RSUS(SignalBase):
     """
 
     label = "RSUS"
-    dim = 4
+    dim = 7
     bounds = (0.0, 1.0)
     error_direction = 1
 
@@ -314,8 +316,9 @@ class RSUS(SignalBase):
             raise SignalUnavailable(f"step {step.index}: no RSUS component could be computed")
         total = sum(w[k] for k in have)
         score = sum(w[k] * c[k] for k in have) / total  # type: ignore[operator]
-        return np.array([score] + [c[k] if c[k] is not None else 0.0 for k in ("verb", "ent", "cons")],
-                        dtype=np.float32)
+        parts = ("verb", "ent", "cons")
+        return np.array([score] + [c[k] if c[k] is not None else 0.0 for k in parts]
+                        + [float(c[k] is not None) for k in parts], dtype=np.float32)
 
 
 def _try(fn: Callable[[], float]) -> float | None:

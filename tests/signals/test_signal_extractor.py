@@ -69,7 +69,7 @@ def test_context_from_reasoner_sets_model_dependent_dims():
 
     ex = SignalExtractor(["pulse", "reprobe", "rsus"], reasoner=R())
     assert ex.backend == "R"
-    assert ex.dims == {"pulse": 8, "reprobe": 28, "rsus": 4}  # default interval (1, 5) of 6 layers
+    assert ex.dims == {"pulse": 8, "reprobe": 28, "rsus": 7}  # default interval (1, 5) of 6 layers
     steps = [_step(hidden_mean=np.ones((7, 4)), hidden_last=np.ones((7, 4)))] * 2
     outs = ex.extract(steps)
     assert len(outs) == 2 and outs[0]["mask"].tolist() == [1.0, 1.0, 0.0]  # RSUS: no component source

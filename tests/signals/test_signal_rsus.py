@@ -102,10 +102,10 @@ def test_rsus_weights_components_and_renormalisation():
     v = rsus(_step("Mira 's father is Tovan .", index=2), state="S")
     ucons = 1 - (1 + 2 * 0.5) / 3  # jaccard({a,is,b},{a,is,c}) = 2/4
     assert r.calls == [("S", 3, 2)]  # k = 3 samples, seed + step index
-    np.testing.assert_allclose(v, [0.40 * 0.2 + 0.35 * 0.25 + 0.25 * ucons, 0.2, 0.25, ucons], rtol=1e-6)
+    np.testing.assert_allclose(v, [0.40 * 0.2 + 0.35 * 0.25 + 0.25 * ucons, 0.2, 0.25, ucons, 1, 1, 1], rtol=1e-6)
     # without a state there are no samples: U_cons is dropped and the weights renormalised
     v = rsus(_step("Mira 's father is Tovan ."))
-    np.testing.assert_allclose(v, [(0.40 * 0.2 + 0.35 * 0.25) / 0.75, 0.2, 0.25, 0.0], rtol=1e-6)
+    np.testing.assert_allclose(v, [(0.40 * 0.2 + 0.35 * 0.25) / 0.75, 0.2, 0.25, 0.0, 1, 1, 0], rtol=1e-6)
     assert rsus.requires == ("sampling",)
     assert RSUS(config=RSUSConfig(w_cons=0.0)).requires == ()
     with pytest.raises(SignalUnavailable):
@@ -117,7 +117,7 @@ def test_rsus_cons_only_at_markers_and_meta_inputs():
     rsus = RSUS(config=cfg)
     alts = ["A is B .", "A is C .", "A is D ."]
     plain = rsus(_step("A is B .", verbal_confidence=90, alternatives=alts))
-    np.testing.assert_allclose(plain, [0.1, 0.1, 0.0, 0.0], atol=1e-6)  # no marker: U_cons skipped
+    np.testing.assert_allclose(plain, [0.1, 0.1, 0.0, 0.0, 1, 0, 0], atol=1e-6)  # no marker: U_cons skipped
     marked = rsus(_step("so A is B .", verbal_confidence=90, alternatives=alts))
     assert marked[3] == pytest.approx(0.5) and marked[0] == pytest.approx(0.5 * 0.1 + 0.5 * 0.5)
     with pytest.raises(ConfigError, match="weights"):
