@@ -247,7 +247,7 @@ def _qa_retriever(config: EnvConfig, corpus, bm25_cls):  # shared by the real-da
     if config.index_path is None:
         if config.retriever == "colbert":
             raise ValueError("EnvConfig: retriever 'colbert' needs index_path (a PLAID index of this task's corpus; "
-                             "build one with `kairos index build --kind colbert …`)")
+                             "build one with `kairos index build --retriever colbert …`)")
         return bm25_cls.build(corpus)
     from agents.retrievers.index import load_index, read_manifest
 

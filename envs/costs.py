@@ -26,6 +26,7 @@ Example:
 from __future__ import annotations
 
 import importlib
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -167,15 +168,15 @@ class CostModel:
         for k, v in weights.items():
             if k not in self.costs:
                 raise ValueError(f"unknown cost '{k}' in set_cost_weights (costs of this env: {list(self.costs)})")
-            if v < 0:
-                raise ValueError(f"cost weight of '{k}' must be >= 0, got {v}")
+            if not math.isfinite(float(v)) or v < 0:
+                raise ValueError(f"cost weight of '{k}' must be a finite number >= 0, got {v}")
             self.weights[k] = float(v)
 
     def __call__(self, event: CostEvent) -> tuple[float, dict[str, float]]:
         raw = {}
         for k, c in self.costs.items():
             v = float(c(event))
-            if v < 0:
-                raise ValueError(f"cost '{k}' returned a negative value {v}")
+            if not math.isfinite(v) or v < 0:
+                raise ValueError(f"cost '{k}' returned {v} (a cost must be a finite number >= 0)")
             raw[k] = v
         return sum(self.weights[k] * raw[k] for k in raw), raw

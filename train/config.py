@@ -146,3 +146,16 @@ class TrainConfig(ConfigBase):
         if self.env not in PRESETS and ":" not in self.env:
             presets = ", ".join(repr(p) for p in PRESETS)
             raise ConfigError(f"TrainConfig: env must be a preset {presets} or 'module:factory', got '{self.env}'")
+        for name, sched in self.curriculum.items():
+            for k in ("start", "end"):
+                v = float(getattr(sched, k))
+                if not (v == v and abs(v) != float("inf")) or v < 0:
+                    raise ConfigError(f"TrainConfig: curriculum.{name}.{k} must be a finite λ >= 0, got {v}")
+        if self.env in PRESETS:  # the env config is typed: a typo fails here, on the driver, naming the key
+            from envs.env_config import EnvConfig
+
+            env = EnvConfig.from_dict({**PRESETS[self.env], **self.env_config}, where="TrainConfig.env_config")
+            missing = sorted(set(self.curriculum) - set(env.costs))
+            if missing:
+                raise ConfigError(f"TrainConfig: curriculum for cost '{missing[0]}', which the env does not charge "
+                                  f"(env_config.costs: {sorted(env.costs)}); add it to env_config.costs")

@@ -89,7 +89,7 @@ def train_world(cfg: BuildConfig, out_dir: str | Path, resume: bool = False, max
     step, seen_tokens, elapsed = 0, 0, 0.0
     ckpt_path = out_dir / "checkpoint.pt"
     if resume and ckpt_path.exists():
-        ck = torch.load(ckpt_path, weights_only=False)
+        ck = torch.load(ckpt_path, weights_only=True)
         model.load_state_dict(ck["model"])
         opt.load_state_dict(ck["opt"])
         sampler.rng.setstate(ck["sampler_rng"])

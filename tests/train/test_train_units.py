@@ -248,3 +248,28 @@ def test_drop_fields_removes_observation_fields_from_the_policy():
     assert "pulse" not in spec.fields and set(spec.fields) == set(FIELDS) - {"pulse"}
     with pytest.raises(ValueError, match="drop_fields \\['nope'\\] are not observation fields"):
         spec_from_spaces(space, gym.spaces.Discrete(2), {"drop_fields": ["nope"]})
+
+
+@pytest.mark.parametrize("over, match", [
+    ({"curriculum": {"retrieval_calls": {"kind": "linear", "start": -0.5, "end": 0.1}}}, "start must be a finite λ >= 0"),
+    ({"curriculum": {"retrieval_calls": {"kind": "constant", "start": float("nan"), "end": 0.1}}}, "finite λ"),
+    ({"curriculum": {"latency": {"kind": "constant", "start": 0.1, "end": 0.1}}},
+     "curriculum for cost 'latency', which the env does not charge"),
+    ({"env_config": {"split": "train", "max_questoins": 5}}, "TrainConfig.env_config: unknown config key 'max_questoins'"),
+    ({"env_config": {"signals": ["pulse", "contnet"]}}, "unknown observation group 'contnet'"),
+])
+def test_training_config_errors_surface_on_the_driver(over, match):
+    """Bad training input fails when the config is read (before Ray starts), naming the key."""
+    with pytest.raises(ConfigError, match=match):
+        TrainConfig.from_dict({"env": "microworld", **over})
+
+
+def test_non_finite_costs_and_weights_are_refused():
+    from envs.costs import CostEvent, CostModel
+
+    with pytest.raises(ValueError, match="cost weight of 'retrieval_calls' must be a finite number"):
+        CostModel({"retrieval_calls": float("inf")})
+    m = CostModel({"retrieval_calls": 0.1})
+    m.costs["retrieval_calls"] = lambda e: float("nan")
+    with pytest.raises(ValueError, match="cost 'retrieval_calls' returned nan"):
+        m(CostEvent(retrieved=True))
