@@ -3,7 +3,9 @@
 #   1. start a local Ray head (`ray start --head`, needs ray[default] for the job server);
 #   2. submit a short training job with `ray job submit --working-dir . -- python -m train --config …`;
 #   3. check the job succeeded and exported a policy; 4. stop the cluster (also on failure).
-# NOTE: `ray stop` stops every Ray process of this user on the machine — do not run this next to a training run.
+# Safe on a shared host: the cluster gets its own ports (PORT_BASE … +10, all configurable), its own temp dir, binds
+# to 127.0.0.1, and is stopped by ending only the processes of that temp dir — never the CLI's stop command, which would
+# end every Ray process of the user (other jobs, CI's).
 # Usage: scripts/ray_job_smoke.sh [OUT_DIR]      (OUT_DIR default: runs/ray_job_smoke)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,9 +13,13 @@ VENV=${VENV:-.venv}
 # shellcheck disable=SC1091
 source "$VENV/bin/activate"
 OUT=$(realpath -m "${1:-runs/ray_job_smoke}")
-PORT=${RAY_SMOKE_PORT:-6391}
-DASH=${RAY_SMOKE_DASHBOARD_PORT:-8291}
+BASE=${RAY_SMOKE_PORT_BASE:-26391}
+PORT=${RAY_SMOKE_PORT:-$BASE}
+DASH=${RAY_SMOKE_DASHBOARD_PORT:-$((BASE + 1))}
 mkdir -p "$OUT"
+# a short private temp dir (Ray's socket paths must stay under ~100 characters)
+RAY_TMP=$(mktemp -d /tmp/kairos-ray.XXXXXX)
+export RAY_TMPDIR="$RAY_TMP"
 python - "$OUT" <<'PY'
 import sys, yaml
 out = sys.argv[1]
@@ -29,9 +35,19 @@ export RAY_ADDRESS="http://127.0.0.1:$DASH"
 # mode explicitly and make sure a token exists (~/.ray/auth_token)
 export RAY_AUTH_MODE=${RAY_AUTH_MODE:-token}
 if [ "$RAY_AUTH_MODE" = token ]; then ray get-auth-token --generate > /dev/null; fi
-ray start --head --num-cpus 2 --port "$PORT" --dashboard-host 127.0.0.1 --dashboard-port "$DASH" \
-  --include-dashboard true --disable-usage-stats > "$OUT/ray_start.log" 2>&1
-trap 'ray stop --force > /dev/null 2>&1 || true' EXIT
+stop_own_cluster() {  # only the processes of this cluster: their command lines name its temp dir
+  pkill -TERM -f -- "$RAY_TMP" 2> /dev/null || true
+  for _ in 1 2 3 4 5 6 7 8 9 10; do pgrep -f -- "$RAY_TMP" > /dev/null || break; sleep 1; done
+  pkill -KILL -f -- "$RAY_TMP" 2> /dev/null || true
+  rm -rf "$RAY_TMP"
+}
+trap stop_own_cluster EXIT
+ray start --head --num-cpus 2 --node-ip-address 127.0.0.1 --temp-dir "$RAY_TMP" --port "$PORT" \
+  --dashboard-host 127.0.0.1 --dashboard-port "$DASH" --include-dashboard true --disable-usage-stats \
+  --node-manager-port $((BASE + 2)) --object-manager-port $((BASE + 3)) --ray-client-server-port $((BASE + 4)) \
+  --dashboard-agent-listen-port $((BASE + 5)) --dashboard-agent-grpc-port $((BASE + 6)) \
+  --metrics-export-port $((BASE + 7)) --runtime-env-agent-port $((BASE + 8)) \
+  --min-worker-port $((BASE + 100)) --max-worker-port $((BASE + 199)) > "$OUT/ray_start.log" 2>&1
 # runs/ and the virtual environment stay behind: the job runs the package from the uploaded working dir
 ray job submit --working-dir . \
   --runtime-env-json '{"excludes": [".venv", "runs", ".git", "**/__pycache__", "*.sqlite"]}' \

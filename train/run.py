@@ -63,8 +63,8 @@ def build_algo_config(cfg: TrainConfig):
 
 def init_ray(cfg: TrainConfig) -> bool:
     """Start (or join) Ray; returns True when this call started it. Inside ``ray job submit`` it joins the
-    job's cluster (``RAY_ADDRESS`` is set); locally it starts one with ``cfg.num_cpus`` and puts the repo on
-    the workers' ``PYTHONPATH``."""
+    job's cluster (``RAY_ADDRESS`` is set); otherwise it starts its own local instance with ``cfg.num_cpus`` (even
+    when another cluster runs on the machine) and puts the repo on the workers' ``PYTHONPATH``."""
     import ray
 
     if ray.is_initialized():
@@ -73,7 +73,9 @@ def init_ray(cfg: TrainConfig) -> bool:
         ray.init(log_to_driver=False)
     else:
         path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
-        ray.init(num_cpus=cfg.num_cpus, include_dashboard=False, log_to_driver=False,
+        # address="local": always a new private instance — never silently join another Ray cluster running on this
+        # machine (joining happens only when RAY_ADDRESS says so, as inside `ray job submit`)
+        ray.init(address="local", num_cpus=cfg.num_cpus, include_dashboard=False, log_to_driver=False,
                  runtime_env={"env_vars": {"PYTHONPATH": path, "OMP_NUM_THREADS": "1"}})
     return True
 

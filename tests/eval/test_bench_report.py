@@ -160,3 +160,30 @@ def test_single_and_empty(tmp_path: Path) -> None:
     assert plot_accuracy_ci(empty, tmp_path / "a.png").read_bytes().startswith(PNG_SIG)
     assert "No methods." in render_markdown(empty, {})
     assert render_html(empty, {"missing": tmp_path / "nope.png"}).count("<img") == 0
+
+
+def test_results_table_renders_a_summary(tmp_path):
+    import json
+
+    from eval.results_table import main
+
+    s = {"setup": {"lambda_retrieval": 0.1, "n_test": 2}, "best_fixed": "F", "notes": ["Best fixed trigger: F."],
+         "methods": {"F": {"kind": "fixed", "accuracy": 0.5, "acc_lo": 0.0, "acc_hi": 1.0, "calls": 1.0, "reward": 0.4,
+                           "harm_rate": 0.0, "query_mode": "info_need"},
+                     "L": {"kind": "learned", "accuracy": 1.0, "acc_lo": 1.0, "acc_hi": 1.0, "calls": 1.0,
+                           "reward": 0.9, "harm_rate": 0.0, "vs_best_fixed": {"diff": 0.5, "lo": 0.1, "hi": 0.9},
+                           "oracle_gap_fraction": {"fraction": 0.5, "lo": 0.2, "hi": 0.8}}},
+         "breakdowns": {"by kind": {"a": {"F": {"accuracy": 0.5, "calls": 1.0, "n": 2},
+                                          "L": {"accuracy": 1.0, "calls": 1.0, "n": 2}}}}}
+    p = tmp_path / "summary.json"
+    p.write_text(json.dumps(s))
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        main([str(p), "--by", "kind"])
+    out = buf.getvalue()
+    assert "| F (best fixed, chosen on dev) | fixed | 0.500 [0.000, 1.000] | 1.00 | 0.400 |" in out
+    assert "+0.500 [+0.100, +0.900] | 0.50 [0.20, 0.80] |" in out
+    assert "| L | 0.900 (1.00 @ 1.00) |" in out and "a (n=2)" in out
