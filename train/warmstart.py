@@ -147,7 +147,10 @@ def counterfactual_labels(env_config: dict[str, Any], questions: list[int], opts
                          return_episodes=True, progress=desc)
     by_q = {e["question_index"]: e for e in r0["episodes"]}
     qid_of = {q: by_q[q]["question_id"] for q in questions}
-    keys = {q: sorted(k for (qid, k) in seen if qid == qid_of[q]) for q in questions}
+    by_qid: dict[str, list[tuple[int, int]]] = {}
+    for qid, k in seen:
+        by_qid.setdefault(qid, []).append(k)
+    keys = {q: sorted(by_qid.get(qid_of[q], [])) for q in questions}
     flip_reward: dict[tuple[int, int], float] = {}
     max_k = max((k[0] for ks in keys.values() for k in ks if k[1] == 0), default=0)
     for k in range(1, max_k + 1):
