@@ -368,8 +368,8 @@ PROB_GRID = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
 
 
 def _calibrate(m: MethodSpec, runner: Runner, dev: range, grid: list[float], modes: list[str | None]
-               ) -> tuple[float, str | None, list[dict]]:
-    """Sweep (mode, threshold) on dev; the best by reward (ties: fewer calls)."""
+               ) -> tuple[dict, list[dict]]:
+    """Sweep (mode, threshold) on dev: ``(best point, sweep)``, best by reward (ties: fewer calls)."""
     sweep = []
     for mode in modes:
         for t in grid:
@@ -377,8 +377,7 @@ def _calibrate(m: MethodSpec, runner: Runner, dev: range, grid: list[float], mod
                            mode=mode)
             sweep.append({"threshold": t, "mode": mode, "accuracy": r["accuracy"], "calls": r["calls_per_question"],
                           "reward": r["reward"]})
-    best = max(sweep, key=lambda s: (s["reward"], -s["calls"]))
-    return best["threshold"], best["mode"], sweep
+    return max(sweep, key=lambda s: (s["reward"], -s["calls"])), sweep
 
 
 def _run_method(m: MethodSpec, runner: Runner, cot_dev, dev, test, results, calib, lam) -> dict[str, Any]:
@@ -387,9 +386,9 @@ def _run_method(m: MethodSpec, runner: Runner, cot_dev, dev, test, results, cali
         grid = m.thresholds or auto_grid(cot_dev["episodes"], m.signal, m.direction)
         if m.fixed_threshold is None and not grid:
             raise _Skip(f"signal '{m.signal}' has no finite values on dev")
-        chosen, mode, sweep = _calibrate(m, runner, dev, [m.fixed_threshold] if m.fixed_threshold is not None
-                                         else grid, modes)
-        best = max(sweep, key=lambda s: (s["reward"], -s["calls"]))
+        best, sweep = _calibrate(m, runner, dev, [m.fixed_threshold] if m.fixed_threshold is not None else grid,
+                                 modes)
+        chosen, mode = best["threshold"], best["mode"]
         calib[m.name] = {"grid": grid, "sweep": sweep, "chosen": chosen, "mode": mode, "dev_reward": best["reward"]}
         log.info("%s: threshold %.6g%s (%s)", m.name, chosen, f", query mode {mode}" if mode else "",
                  "fixed by the config" if m.fixed_threshold is not None else "calibrated on dev")
@@ -422,8 +421,8 @@ def _run_method(m: MethodSpec, runner: Runner, cot_dev, dev, test, results, cali
     if m.kind == "learned" and m.select_on_dev:
         return _select_learned(m, runner, dev, test, calib, modes[0])
     if m.kind == "learned" and m.calibrate:
-        chosen, mode, sweep = _calibrate(m, runner, dev, list(m.thresholds or PROB_GRID), modes)
-        best = max(sweep, key=lambda s: (s["reward"], -s["calls"]))
+        best, sweep = _calibrate(m, runner, dev, list(m.thresholds or PROB_GRID), modes)
+        chosen, mode = best["threshold"], best["mode"]
         calib[m.name] = {"grid": list(m.thresholds or PROB_GRID), "sweep": sweep, "chosen": chosen,
                          "dev_reward": best["reward"]}
         res = runner.run(make_trigger(m, threshold=chosen), "test", test, tag=_tag(m.name, mode, f"{chosen:.6g}"),

@@ -15,9 +15,9 @@ for s in 0 1 2; do
   train configs/train_microworld.yaml "$s" "runs/train/microworld_s$s"
   train configs/train_microworld_signals_only.yaml "$s" "runs/train/microworld_signals_only_s$s"
 done
-.venv/bin/kairos bench policies --config configs/bench_microworld_seeds.yaml
+"$PY" -m eval bench policies --config configs/bench_microworld_seeds.yaml
 for s in 0 1 2; do
   train configs/train_microworld_factdisjoint.yaml "$s" "runs/train/microworld_fd_s$s"
   train configs/train_microworld_factdisjoint_signals_only.yaml "$s" "runs/train/microworld_fd_signals_only_s$s"
 done
-.venv/bin/kairos bench policies --config configs/bench_microworld_factdisjoint.yaml
+"$PY" -m eval bench policies --config configs/bench_microworld_factdisjoint.yaml
