@@ -319,6 +319,11 @@ def run_bench(cfg: BenchConfig, components=None) -> dict[str, Any]:
     if max(test) >= n_split or max(dev) >= n_split:
         raise ConfigError(f"BenchConfig: dev {cfg.dev} / test {cfg.test} exceed the {n_split} questions of "
                           f"split '{runner.env_config.split}'")
+    for m in cfg.methods:  # a missing policy is an error now, not after every other method ran
+        if m.kind == "learned" and not cfg.skip_missing_policies and not (Path(m.path) / "spec.json").is_file():
+            raise FileNotFoundError(f"method '{m.name}': no exported policy at {m.path} (train one with `kairos train "
+                                    "--config configs/train_microworld.yaml`; it writes <out_dir>/policy_trigger), "
+                                    "or set skip_missing_policies: true")
     log.info("bench %s: dev %s, test %s, λ = %g, %d methods", cfg.name, cfg.dev, cfg.test, lam, len(cfg.methods))
     from policies.triggers import NeverTrigger
 
@@ -721,7 +726,7 @@ def _breakdowns(cfg: BenchConfig, runner: Runner, results: dict[str, dict]) -> d
 # ---------------------------------------------------------------- CLI
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("policies", help="learned vs calibrated fixed triggers and baselines (report + plots)")
-    p.add_argument("--config", default="configs/bench_microworld.yaml", help="BenchConfig YAML")
+    p.add_argument("--config", required=True, help="BenchConfig YAML (e.g. configs/bench_microworld.yaml)")
     p.add_argument("--out", default=None, help="override out_dir")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                    help="override top-level scalar keys, e.g. test=100:200 n_resamples=2000")
