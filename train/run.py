@@ -174,7 +174,11 @@ def warm_start(algo, path: str) -> None:
     src, _ = load_policy(path)
     module = algo.learner_group._learner.module[DEFAULT_MODULE_ID]
     module.net.load_state_dict(src.state_dict(), strict=False)
-    algo.env_runner_group.sync_weights(from_worker_or_learner_group=algo.learner_group, inference_only=True)
+    # wait for every runner to hold the weights: RLlib's default (timeout 0) does not wait, and a runner that samples
+    # the first batch before the weights arrive trains on a random policy's episodes (seen under CPU contention:
+    # the same seed then gave another run)
+    algo.env_runner_group.sync_weights(from_worker_or_learner_group=algo.learner_group, inference_only=True,
+                                       timeout_seconds=600.0)
 
 
 def run_warmstart_of(cfg: TrainConfig, show_progress: bool = True) -> Path:
