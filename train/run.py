@@ -241,6 +241,8 @@ def train(cfg: TrainConfig, resume: bool = False, stop_after: int | None = None,
         if resume and ckpts:
             restored = ckpts[-1]
             algo.restore_from_path(str(restored.resolve()))
+            algo.env_runner_group.sync_weights(from_worker_or_learner_group=algo.learner_group, inference_only=True,
+                                               timeout_seconds=600.0)  # as after a warm start: wait for the runners
             log.info("resumed from %s (iteration %d)", restored, algo.iteration)
         elif warm:
             warm_start(algo, warm)
