@@ -273,3 +273,32 @@ def test_non_finite_costs_and_weights_are_refused():
     m.costs["retrieval_calls"] = lambda e: float("nan")
     with pytest.raises(ValueError, match="cost 'retrieval_calls' returned nan"):
         m(CostEvent(retrieved=True))
+
+
+def test_resume_helpers_trim_metrics_keep_final_and_fall_back(tmp_path):
+    import json
+
+    from train.run import last_metrics, restore_newest, trim_metrics
+
+    p = tmp_path / "metrics.jsonl"
+    p.write_text("".join(json.dumps({"iteration": i, "time": 0, "quality": i / 10}) + "\n" for i in range(1, 6))
+                 + '{"iteration": 6, "qual')
+    trim_metrics(p, 3)
+    assert [json.loads(x)["iteration"] for x in p.read_text().splitlines()] == [1, 2, 3]
+    assert last_metrics(p) == {"quality": 0.3} and last_metrics(tmp_path / "none.jsonl") == {}
+
+    class Algo:
+        def __init__(self):
+            self.tried = []
+
+        def restore_from_path(self, path):
+            self.tried.append(path)
+            if path.endswith("iter_000002"):
+                raise EOFError("Ran out of input")
+
+    ck = [tmp_path / "iter_000001", tmp_path / "iter_000002"]
+    algo = Algo()
+    assert restore_newest(algo, ck) == ck[0] and len(algo.tried) == 2
+    algo.restore_from_path = lambda path: (_ for _ in ()).throw(EOFError("bad"))
+    with pytest.raises(RuntimeError, match="no checkpoint .* could be restored .*iter_000002: EOFError"):
+        restore_newest(algo, ck)
