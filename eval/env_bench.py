@@ -35,6 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="env steps per cold measurement on the HotpotQA preset (SmolLM2-135M; 0 = skip)")
     p.add_argument("--repeats", type=int, default=3,
                    help="cold-cache measurements per batch size, interleaved b1/b8 (medians are reported)")
+    p.add_argument("--content-repeats", type=int, default=3,
+                   help="interleaved repeats of the content-overhead measurement (signals with vs without 'content', "
+                        "batch 8, cold SQLite cache; 0: skip)")
     p.add_argument("--profile", action="store_true",
                    help="also profile a cold run at batch 1 and 8: forward passes per round, rows per forward, "
                         "active row slots, generation's share of the time")
@@ -119,8 +122,34 @@ def profile_batched(make, model, batch: int, steps: int, seed: int = 11) -> dict
             "generate_steps_time_share": round(gen / total, 3) if total else 0.0}
 
 
+def content_overhead(base, steps: int, repeats: int, batch: int = 8, seed: int = 31) -> dict[str, Any]:
+    """What the content fields cost: CPU-time env steps/s with ``signals + [content]`` vs without, each on a fresh
+    SQLite trajectory cache (so the larger records' writes count), measured in turn ``repeats`` times. The
+    overhead is ``median(steps/s without ÷ steps/s with) − 1`` (a share of the env step's CPU time)."""
+    import tempfile
+
+    from envs.components import build_components
+    from envs.vector import make_batched
+
+    cfgs = {"without": base, "with": base.replace(signals=[*base.signals, "content"])}
+    comps = {k: build_components(c) for k, c in cfgs.items()}
+    runs: dict[str, list[float]] = {k: [] for k in cfgs}
+    for r in range(repeats):
+        for k, cfg in cfgs.items():
+            with tempfile.TemporaryDirectory() as tmp:
+                c = cfg.replace(cache_path=f"{tmp}/cache.sqlite")
+                _, cpu, _ = steps_per_second(lambda b, c=c, k=k: make_batched(b, c, comps[k]), batch, steps,
+                                             seed=seed + r, cpu=True)
+            runs[k].append(cpu)
+    ratios = [a / b for a, b in zip(runs["without"], runs["with"])]
+    return {"batch": batch, "steps": steps, "repeats": repeats, "cpu_steps_s": runs,
+            "overhead_share": round(float(np.median(ratios)) - 1.0, 4),
+            "overhead_range": [round(min(ratios) - 1.0, 4), round(max(ratios) - 1.0, 4)]}
+
+
 def run(artifact: str | None, steps: int, episodes: int, oracle_questions: int, out: str | None,
-        pool: int = 128, hotpotqa_steps: int = 0, repeats: int = 3, profile: bool = False) -> dict[str, Any]:
+        pool: int = 128, hotpotqa_steps: int = 0, repeats: int = 3, profile: bool = False,
+        content_repeats: int = 0) -> dict[str, Any]:
     import torch
 
     from envs.components import build_components
@@ -180,7 +209,10 @@ def run(artifact: str | None, steps: int, episodes: int, oracle_questions: int, 
                          "reward_at_lambda_0.1": round(float(np.mean([lf.quality - 0.1 * lf.calls for lf in v])), 4)}
                      for k, v in rows.items()}
     res["oracle"]["n_questions"] = n
-    # 5. the HotpotQA preset on SmolLM2-135M (cold cache, batch 1 and 8)
+    # 5. what the content fields (question / step / context embeddings) cost per env step
+    if content_repeats > 0:
+        res["content_overhead"] = content_overhead(base, steps, content_repeats)
+    # 6. the HotpotQA preset on SmolLM2-135M (cold cache, batch 1 and 8)
     if hotpotqa_steps > 0:
         hp = EnvConfig(task="hotpotqa", reasoner="hf", split="dev[0:64]", max_steps=4, max_step_tokens=32,
                        rsus_components=["ent"])
@@ -212,6 +244,11 @@ def format_table(res: dict[str, Any]) -> str:
         lines.append(f"| profile {name}: forwards/round, rows/forward, active slots, generation time share | "
                      f"{p['forwards_per_round']}, {p['mean_rows_per_forward']}, {p['active_slot_share']}, "
                      f"{p['generate_steps_time_share']} |")
+    if "content_overhead" in res:
+        co = res["content_overhead"]
+        lines.append(f"| content fields' overhead (CPU time per env step, batch {co['batch']}, SQLite cache; median, "
+                     f"range of {co['repeats']}) | {100 * co['overhead_share']:+.1f} % "
+                     f"[{100 * co['overhead_range'][0]:+.1f}, {100 * co['overhead_range'][1]:+.1f}] |")
     tr = res["training_run"]
     lines.append(f"| training-like run hit rate ({tr['episodes']} episodes, pool {tr['pool']}) | {tr['hit_rate']} |")
     lines += ["", f"Oracle vs fixed policies ({res['oracle']['n_questions']} dev questions, λ_retrieval = 0.1)", "",
@@ -224,7 +261,7 @@ def format_table(res: dict[str, Any]) -> str:
 
 def _main(args) -> int:
     res = run(args.artifact, args.steps, args.episodes, args.oracle_questions, args.out, args.pool,
-              args.hotpotqa_steps, args.repeats, args.profile)
+              args.hotpotqa_steps, args.repeats, args.profile, args.content_repeats)
     print(format_table(res))
     log.info("wrote %s", Path(args.out).resolve() if args.out else "-")
     return 0

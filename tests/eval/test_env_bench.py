@@ -45,3 +45,13 @@ def test_profile_counts_forward_passes_and_restores_the_model():
     assert p["steps"] == 16 and p["forwards"] > 0 and p["forwards_per_round"] >= 1
     assert 1 <= p["mean_rows_per_forward"] <= 4 and 0 < p["active_slot_share"] <= 1
     assert 0 < p["generate_steps_time_share"] <= 1
+
+
+def test_content_overhead_measures_both_configurations():
+    from envs.env_config import EnvConfig
+    from eval.env_bench import content_overhead
+
+    res = content_overhead(EnvConfig(split="train", rsus_components=["ent"]), steps=16, repeats=1, batch=4)
+    assert set(res["cpu_steps_s"]) == {"without", "with"} and all(len(v) == 1 for v in res["cpu_steps_s"].values())
+    assert res["overhead_range"][0] <= res["overhead_share"] <= res["overhead_range"][1]
+    assert all(v[0] > 0 for v in res["cpu_steps_s"].values())
