@@ -13,10 +13,15 @@ that decision. For each training question this module, top to bottom:
    a decision that changes nothing but the cost weighs λ, one that flips the answer weighs 1 ± λ). The greedy
    policy of this classifier is one exact policy-improvement step over π₀ on the states π₀ visits;
 4. fits the policy network itself (the same :class:`policies.rl.net.PolicyNet` the RLModule wraps, so REINFORCE
-   continues from it): content PCA and input statistics on the labelled observations, then weighted BCE on the
+   continues from it): the content PCA (only with ``model.content_dim > 0``) and the input statistics on the
+   labelled observations, then weighted BCE on the
    retrieve head (+ MSE of the value head on π₀'s reward), the epoch kept by validation gain over π₀ on held-out
    questions;
 5. exports it (``<out_dir>/warmstart/policy``) with a ``summary.json``.
+
+Measured on the micro-world (2,000 questions, π₀ = never, λ = 0.1; see docs/results.md): 9,125 labelled decisions
+(828 positive) in 215 s on 2 CPUs from a cold cache; the classifier alone gains +0.110 reward over the best
+fixed trigger on held-out questions, and REINFORCE from it +0.141.
 
 Example (the micro-world's labels for the first 64 training questions, in seconds)::
 
