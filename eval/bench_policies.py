@@ -308,6 +308,14 @@ def _slug(text: str) -> str:
     return "".join(c if c.isalnum() or c in "-_.=" else "_" for c in text)
 
 
+def runner_probe_names(cfg: BenchConfig) -> list[str]:
+    """Signal names the bench env's probes add (``env.probes`` keys, and those of method overrides)."""
+    names = list((cfg.env.get("probes") or {}))
+    for m in cfg.methods:
+        names += list((m.env or {}).get("probes") or {})
+    return names
+
+
 def run_bench(cfg: BenchConfig, components=None) -> dict[str, Any]:
     """Calibrate on dev, evaluate on test, compute statistics and write the report. Returns the summary."""
     from eval.bench_report import write_report
@@ -319,6 +327,12 @@ def run_bench(cfg: BenchConfig, components=None) -> dict[str, Any]:
     if max(test) >= n_split or max(dev) >= n_split:
         raise ConfigError(f"BenchConfig: dev {cfg.dev} / test {cfg.test} exceed the {n_split} questions of "
                           f"split '{runner.env_config.split}'")
+    from envs.components import SCALARS
+
+    known = set(SCALARS) | set(runner_probe_names(cfg))
+    for m in cfg.methods:  # a typo is an error; a known signal this env does not produce is a reported skip
+        if m.kind == "threshold" and m.signal not in known:
+            raise ConfigError(f"method '{m.name}': unknown signal '{m.signal}' (known: {', '.join(sorted(known))})")
     for m in cfg.methods:  # a missing policy is an error now, not after every other method ran
         if m.kind == "learned" and not cfg.skip_missing_policies and not (Path(m.path) / "spec.json").is_file():
             raise FileNotFoundError(f"method '{m.name}': no exported policy at {m.path} (train one with `kairos train "
@@ -736,7 +750,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 def load_config(path: str, out: str | None = None, overrides: list[str] | None = None) -> BenchConfig:
     import yaml
 
-    raw = yaml.safe_load(Path(path).read_text()) or {}
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"bench config {path}: no such file")
+    try:
+        raw = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+        raise ConfigError(f"{where}: invalid YAML ({getattr(e, 'problem', None) or e})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: a bench config is a mapping of BenchConfig keys, got {type(raw).__name__}")
     for kv in overrides or []:
         if "=" not in kv:
             raise ConfigError(f"--set expects KEY=VALUE, got {kv!r}")

@@ -166,3 +166,20 @@ def test_mode_errors(tmp_path):
     with pytest.raises(ConfigError, match="takes no 'env' override"):
         run_bench(_cfg(tmp_path, [{"name": "CoT", "kind": "never"},
                                   {"name": "O", "kind": "cache_oracle", "env": {"injection": "front"}}]))
+
+
+def test_bench_input_errors_name_the_file_line_or_key(tmp_path):
+    from eval.bench_policies import load_config
+
+    bad = tmp_path / "b.yaml"
+    bad.write_text("name: x\nmethods:\n  - {name: CoT, kind: never\n")
+    with pytest.raises(ConfigError, match=r"b.yaml:\d+:\d+: invalid YAML"):
+        load_config(str(bad))
+    with pytest.raises(ConfigError, match="no such file"):
+        load_config(str(tmp_path / "none.yaml"))
+    bad.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="a bench config is a mapping"):
+        load_config(str(bad))
+    with pytest.raises(ConfigError, match="unknown signal 'minporb'"):
+        run_bench(_cfg(tmp_path, [{"name": "CoT", "kind": "never"},
+                                  {"name": "F", "kind": "threshold", "signal": "minporb"}]))
