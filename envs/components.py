@@ -151,7 +151,8 @@ def _extractor(config: EnvConfig, reasoner, n_layers: int, hidden: int, corpus_t
     names = [n for g in record_groups(config) for n in GROUP_SIGNALS[g]]
     rsus_cfg = RSUSConfig(w_verb=0.40 if "verb" in config.rsus_components else 0.0,
                           w_ent=0.35 if "ent" in config.rsus_components else 0.0,
-                          w_cons=0.25 if "cons" in config.rsus_components else 0.0, seed=config.seed)
+                          w_cons=0.25 if "cons" in config.rsus_components else 0.0, seed=config.seed,
+                          **config.rsus_options)
     layers = tuple(config.pulse_layers) if config.pulse_layers else None
     options = {}
     if "pulse" in names:
@@ -192,6 +193,8 @@ def _namespace(kind: str, identity, config: EnvConfig) -> str:
     if not config.compress_evidence:  # off (the default): the namespace of runs made before the option existed
         outcome_fields.pop("compress_evidence", None)
         outcome_fields.pop("tau_rel", None)
+    if not outcome_fields.get("rsus_options"):  # default RSUS settings: the namespace of runs before the field
+        outcome_fields.pop("rsus_options", None)
     if outcome_fields.get("content_layers") is None:  # default layers (or content off): as before the field
         outcome_fields.pop("content_layers", None)
     if any(m.startswith("gen:") for m in config.query_modes):  # a generative QueryGen: its weights, not its path

@@ -48,6 +48,9 @@ class EnvConfig(ConfigBase):
                                                    "step and context embeddings from the reasoner's own hidden "
                                                    "states; default: the middle and the last layer)")
     rsus_components: list[str] = helpf(["ent", "cons"], "RSUS parts to compute (verb needs a proxy or a chatty LM)")
+    rsus_options: dict = helpf({}, "RSUS settings (agents.signals.rsus.RSUSConfig): n_samples (U_cons k, default 3), "
+                                   "cons_only_at_markers (U_cons only at steps with a discourse marker), agreement "
+                                   "(jaccard | exact), bm25_k (U_ent hits per entity)")
     probes: dict[str, str] = helpf({}, "learned detectors to expose as signals: name -> saved probe directory "
                                        "(e.g. {pulse_prob: runs/probes/pulse}); checked against the reasoner")
     cache_path: str | None = helpf(None, "trajectory cache SQLite file (None: in memory)")
@@ -69,6 +72,20 @@ class EnvConfig(ConfigBase):
         if bad:
             raise ConfigError(f"EnvConfig: unknown observation group '{bad[0]}' in 'signals' (valid: "
                               f"{', '.join(OBSERVATION_GROUPS)})")
+        allowed = ("n_samples", "cons_only_at_markers", "agreement", "bm25_k")
+        extra = sorted(set(self.rsus_options) - set(allowed))
+        if extra:
+            raise ConfigError(f"EnvConfig: rsus_options has unknown key '{extra[0]}' (valid: {', '.join(allowed)}; the "
+                              "weights follow rsus_components)")
+        o = self.rsus_options
+        for k in ("n_samples", "bm25_k"):
+            if k in o and (not isinstance(o[k], int) or isinstance(o[k], bool) or o[k] < 1):
+                raise ConfigError(f"EnvConfig: rsus_options.{k} must be an integer >= 1, got {o[k]!r}")
+        if "cons_only_at_markers" in o and not isinstance(o["cons_only_at_markers"], bool):
+            raise ConfigError(f"EnvConfig: rsus_options.cons_only_at_markers must be true or false, got "
+                              f"{o['cons_only_at_markers']!r}")
+        if "agreement" in o and o["agreement"] not in ("jaccard", "exact"):
+            raise ConfigError(f"EnvConfig: rsus_options.agreement must be jaccard or exact, got {o['agreement']!r}")
         if self.max_questions is not None and self.max_questions < 1:
             raise ConfigError(f"EnvConfig: max_questions must be >= 1 (or null for the whole split), got "
                               f"{self.max_questions}")

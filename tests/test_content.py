@@ -95,20 +95,22 @@ def test_content_config_errors():
         _env(content_layers=[9])
 
 
-def test_content_off_keeps_the_namespace():
-    """Adding the content_layers field did not move the namespace of envs without content."""
+def test_new_fields_at_their_defaults_keep_the_namespace(monkeypatch):
+    """content_layers, rsus_options and fact_holdout at their defaults leave the namespace as it was before the
+    fields existed (old caches stay valid); set, the outcome-relevant ones move it."""
     from envs.components import _namespace
     from envs.env_config import EnvConfig
 
-    a = _namespace("micro", ["x"], EnvConfig.from_dict({"split": "dev"}))
-    d = EnvConfig.from_dict({"split": "dev"}).to_dict()
-    d.pop("content_layers")
-    from envs.components import RECORD_VERSION
-    from envs.trajectory_cache import namespace_of
-
-    fields = {k: v for k, v in d.items() if k not in ("costs", "cost_params", "cache_path", "split", "max_questions",
-                                                      "querygen", "compress_evidence", "tau_rel", "fact_holdout")}
-    assert a == namespace_of("micro", ["x"], fields, RECORD_VERSION)
+    cfg = EnvConfig.from_dict({"split": "dev"})
+    now = _namespace("micro", ["x"], cfg)
+    orig = EnvConfig.to_dict
+    new = ("content_layers", "rsus_options", "fact_holdout")
+    monkeypatch.setattr(EnvConfig, "to_dict", lambda self: {k: v for k, v in orig(self).items() if k not in new})
+    assert _namespace("micro", ["x"], cfg) == now
+    monkeypatch.undo()
+    assert _namespace("micro", ["x"], cfg.replace(content_layers=[2, 6])) != now
+    assert _namespace("micro", ["x"], cfg.replace(rsus_options={"n_samples": 2})) != now
+    assert _namespace("micro", ["x"], cfg.replace(fact_holdout={"share": 0.3})) == now  # question selection only
 
 
 # ---------------------------------------------------------------- the policy-side projection

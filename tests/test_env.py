@@ -157,3 +157,23 @@ def test_configured_rsus_component_without_a_source_is_masked_not_zero():
     assert "u_ent" in info["signals"] and "u_ent" not in info["masked_signals"]
     assert obs["rsus"].shape == (7,) and obs["rsus"][4] == 0.0 and obs["rsus"][5] == 1.0
     env.close()
+
+
+def test_rsus_options_gate_u_cons_at_discourse_markers():
+    """U_cons with discourse-marker gating (EnvConfig.rsus_options): micro-world steps carry no marker, so U_cons is
+    masked at every step, while without gating it is computed from k sampled alternatives."""
+    from envs.config import ConfigError
+    from envs.registration import make_env
+
+    gated = make_env("microworld", {"split": "dev", "rsus_components": ["ent", "cons"],
+                                    "rsus_options": {"cons_only_at_markers": True, "n_samples": 2}})
+    _, info = gated.reset(options={"question_index": 1})
+    assert "u_cons" in info["masked_signals"] and "u_ent" in info["signals"]
+    plain = make_env("microworld", {"split": "dev", "rsus_components": ["ent", "cons"], "rsus_options": {"n_samples": 2}})
+    _, info = plain.reset(options={"question_index": 1})
+    assert "u_cons" in info["signals"] and 0.0 <= info["signals"]["u_cons"] <= 1.0
+    assert gated.c.namespace != plain.c.namespace
+    with pytest.raises(ConfigError, match="rsus_options has unknown key 'w_verb'"):
+        make_env("microworld", {"rsus_options": {"w_verb": 1.0}})
+    with pytest.raises(ConfigError, match="rsus_options.n_samples must be an integer >= 1"):
+        make_env("microworld", {"rsus_options": {"n_samples": 0}})
