@@ -135,17 +135,7 @@ class ConfigBase:
     @classmethod
     def from_yaml(cls, path: str | Path, section: str | None = None) -> typing.Self:
         """Load from a YAML file (optionally one top-level ``section`` of it)."""
-        import yaml
-
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file not found: {path}")
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{path}: invalid YAML: {e}") from e
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
+        data = read_yaml_mapping(path)
         if section is not None:
             data = data.get(section, {}) or {}
         return cls.from_dict(data, where=f"{path}" + (f":{section}" if section else ""))
@@ -186,3 +176,22 @@ class ConfigBase:
             if v is not None:
                 out[f.name] = v
         return out
+
+
+def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
+    """A YAML file whose top level is a mapping; a missing file, invalid YAML (named ``file:line:column``) or another
+    top level is a :class:`ConfigError`."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+        raise ConfigError(f"{where}: invalid YAML ({getattr(e, 'problem', None) or e})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
+    return data

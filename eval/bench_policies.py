@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from envs.config import ConfigBase, ConfigError, helpf
+from envs.config import ConfigBase, ConfigError, helpf, read_yaml_mapping
 from envs.env_config import EnvConfig
 
 log = logging.getLogger(__name__)
@@ -750,17 +750,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def load_config(path: str, out: str | None = None, overrides: list[str] | None = None) -> BenchConfig:
     import yaml
 
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"bench config {path}: no such file")
-    try:
-        raw = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
-        raise ConfigError(f"{where}: invalid YAML ({getattr(e, 'problem', None) or e})") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: a bench config is a mapping of BenchConfig keys, got {type(raw).__name__}")
+    raw = read_yaml_mapping(path)
     for kv in overrides or []:
         if "=" not in kv:
             raise ConfigError(f"--set expects KEY=VALUE, got {kv!r}")

@@ -175,10 +175,10 @@ def test_bench_input_errors_name_the_file_line_or_key(tmp_path):
     bad.write_text("name: x\nmethods:\n  - {name: CoT, kind: never\n")
     with pytest.raises(ConfigError, match=r"b.yaml:\d+:\d+: invalid YAML"):
         load_config(str(bad))
-    with pytest.raises(ConfigError, match="no such file"):
+    with pytest.raises(ConfigError, match="config file not found"):
         load_config(str(tmp_path / "none.yaml"))
     bad.write_text("- 1\n- 2\n")
-    with pytest.raises(ConfigError, match="a bench config is a mapping"):
+    with pytest.raises(ConfigError, match="top level must be a mapping"):
         load_config(str(bad))
     with pytest.raises(ConfigError, match="unknown signal 'minporb'"):
         run_bench(_cfg(tmp_path, [{"name": "CoT", "kind": "never"},
