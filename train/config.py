@@ -151,6 +151,9 @@ class TrainConfig(ConfigBase):
                 v = float(getattr(sched, k))
                 if not (v == v and abs(v) != float("inf")) or v < 0:
                     raise ConfigError(f"TrainConfig: curriculum.{name}.{k} must be a finite λ >= 0, got {v}")
+        if self.warmstart.enabled and self.env != "microworld":
+            raise ConfigError(f"TrainConfig.warmstart: the counterfactual warm start is wired for env 'microworld', "
+                              f"not '{self.env}' (set warmstart.enabled: false)")
         if self.env in PRESETS:  # the env config is typed: a typo fails here, on the driver, naming the key
             from envs.env_config import EnvConfig
 

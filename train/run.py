@@ -251,8 +251,6 @@ def run_warmstart_of(cfg: TrainConfig, show_progress: bool = True) -> Path:
     at the curriculum's final λ, the policy fitted with the run's model options; ``<out_dir>/warmstart``."""
     from train.warmstart import run_warmstart
 
-    if cfg.env != "microworld":
-        raise ValueError(f"TrainConfig.warmstart: wired for the micro-world env, not '{cfg.env}'")
     lam = cfg.curriculum["retrieval_calls"].end if "retrieval_calls" in cfg.curriculum else \
         float((cfg.env_config.get("costs") or {}).get("retrieval_calls", 0.1))
     env_config = {k: v for k, v in cfg.env_config.items() if k != "max_questions"}
