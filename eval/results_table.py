@@ -18,10 +18,16 @@ from typing import Any
 
 
 def _ci(v: dict | None, key: str = "diff", nd: int = 3, signed: bool = True) -> str:
-    if not v:
-        return "–"
-    f = f"{{:{'+' if signed else ''}.{nd}f}}"
-    return f"{f.format(v[key])} [{f.format(v['lo'])}, {f.format(v['hi'])}]"
+    """``value [lo, hi]`` of a statistics dict (the report's own formatting); ``–`` when absent."""
+    from eval.bench_report import DASH, _fmt_ci
+
+    return _fmt_ci(v[key], v["lo"], v["hi"], nd, signed) if v else DASH
+
+
+def _acc(v: dict) -> str:
+    from eval.bench_report import _fmt_ci
+
+    return _fmt_ci(v["accuracy"], v["acc_lo"], v["acc_hi"])
 
 
 def methods_table(s: dict[str, Any]) -> str:
@@ -31,7 +37,7 @@ def methods_table(s: dict[str, Any]) -> str:
     for k, v in sorted(s["methods"].items(), key=lambda kv: -kv[1]["reward"]):
         harm = "–" if v.get("harm_rate") is None else f"{v['harm_rate']:.3f}"
         mark = " (best fixed, chosen on dev)" if k == s.get("best_fixed") else ""
-        rows.append(f"| {k}{mark} | {v['kind']} | {v['accuracy']:.3f} [{v['acc_lo']:.3f}, {v['acc_hi']:.3f}] | "
+        rows.append(f"| {k}{mark} | {v['kind']} | {_acc(v)} | "
                     f"{v['calls']:.2f} | {v['reward']:.3f} | {harm} | {v.get('query_mode') or ('–' if v['calls'] == 0 else 'env default')} | "
                     f"{_ci(v.get('vs_best_fixed'))} | {_ci(v.get('oracle_gap_fraction'), 'fraction', 2, False)} |")
     return "\n".join(rows) + f"\n\nreward = accuracy − {lam:g} · calls; n = {s['setup']['n_test']} test questions."
