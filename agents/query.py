@@ -36,59 +36,44 @@ Example:
     ... def shout(step_text, question, context): return step_text.upper()
     >>> QueryGenerator(["shout"])("abc", None, "shout")
     'ABC'
+    >>> _ = QUERY_MODES.unregister("shout")
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from envs.registry import Registry, import_dotted
+
 QueryFn = Callable[[str, "str | None", "Mapping[str, Any] | None"], str]
 
 #: mode name -> ``fn(step_text, question, context) -> query``
-QUERY_MODES: dict[str, QueryFn] = {}
+QUERY_MODES: Registry[QueryFn] = Registry("query mode")
 
 #: the QueryGen action set, in action-index order
 DEFAULT_MODES: tuple[str, ...] = ("step", "content_words", "question_step", "info_need")
 
 
 def register_query_mode(name: str) -> Callable[[QueryFn], QueryFn]:
-    """Decorator: register ``fn`` as query mode ``name`` (replacing an existing one of that name)."""
-
-    def deco(fn: QueryFn) -> QueryFn:
-        QUERY_MODES[name] = fn
-        return fn
-
-    return deco
+    """Decorator: register ``fn`` as query mode ``name`` (a name registered twice is an error)."""
+    return QUERY_MODES.register(name)
 
 
-#: name prefix -> "module:factory" turning the rest of the name into a query callable (lazy import)
+#: name prefix -> "module:factory" turning the rest of the name into a query callable (resolved by string: the
+#: generative QueryGen lives in the policies layer above this one)
 MODE_FACTORIES: dict[str, str] = {"gen": "policies.querygen.model:query_mode_from_checkpoint"}
-
-
-def _factory_mode(name: str) -> QueryFn | None:
-    prefix, _, arg = name.partition(":")
-    if prefix in MODE_FACTORIES and arg:
-        mod, fn = MODE_FACTORIES[prefix].split(":")
-        return getattr(importlib.import_module(mod), fn)(arg)
-    return None
 
 
 def get_query_mode(name: str) -> QueryFn:
     """The mode registered as ``name``; ``gen:<checkpoint>`` (a trained generative QueryGen, see
     :mod:`policies.querygen`); or the callable at dotted path ``package.module:function``."""
-    if name in QUERY_MODES:
-        return QUERY_MODES[name]
-    made = _factory_mode(name)
-    if made is not None:
-        return made
-    if ":" in name:
-        mod, fn = name.split(":", 1)
-        return getattr(importlib.import_module(mod), fn)
-    raise KeyError(f"unknown query mode '{name}' (registered: {', '.join(QUERY_MODES)}; or 'module:function')")
+    prefix, _, arg = name.partition(":")
+    if prefix in MODE_FACTORIES and arg:
+        return import_dotted(MODE_FACTORIES[prefix], "query mode factory")(arg)
+    return QUERY_MODES.get(name)
 
 
 # --------------------------------------------------------------------------------------------- text utils

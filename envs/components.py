@@ -13,24 +13,11 @@ from typing import Any
 import numpy as np
 
 from envs.env_config import EnvConfig
+from envs.observation import episode_fields, group_fields, group_signals, half_fields, scalar_signals
 from envs.trajectory_cache import namespace_of
 
 log = logging.getLogger(__name__)
 
-#: observation group -> signal names whose vectors are concatenated into it
-GROUP_SIGNALS = {"pulse": ["pulse"], "output": ["output"], "rsus": ["rsus"], "coe": ["coe_r", "coe_c"],
-                 "eigen": ["eigenscore"], "rind": ["rind"], "step_embedding": ["step_embedding"],
-                 "context_embedding": ["context_embedding"]}
-#: observation groups the env fills per *episode* from a record group of the episode's first step:
-#: the question's embedding is the context embedding of step 1 (the state after reading the question)
-EPISODE_GROUPS = {"question_embedding": "context_embedding"}
-#: record groups stored in half precision (hidden-state embeddings: large, read only by a learned projection)
-HALF_GROUPS = ("step_embedding", "context_embedding")
-#: scalar signals exposed in info["signals"] (for threshold triggers): name -> (signal, index)
-SCALARS = {"ppl": ("output", 0), "maxprob": ("output", 1), "entropy": ("output", 2), "minprob": ("output", 3),
-           "rsus": ("rsus", 0), "u_verb": ("rsus", 1), "u_ent": ("rsus", 2), "u_cons": ("rsus", 3),
-           "coe_r": ("coe_r", 0), "coe_c": ("coe_c", 0), "eigenscore": ("eigenscore", 0),
-           "rind": ("rind", 0)}
 #: SeaKR's EigenScore: sampled continuations per step (k extra generations; micro-world reasoner only)
 EIGEN_SAMPLES = 4
 
@@ -65,7 +52,7 @@ class Components:
 
     def scalar_names(self) -> list[str]:
         """Every scalar signal this env can report (a step reports the real ones, masks the rest)."""
-        names = [k for k, (s, _) in SCALARS.items() if s in self.extractor.names]
+        names = [k for k, (s, _) in scalar_signals().items() if s in self.extractor.names]
         names = [n for n in names if not (n.startswith("u_") and n[2:] not in self.rsus_components)]
         return names + list(self.probes)
 
@@ -90,11 +77,12 @@ class Components:
         names = self.extractor.names
         m = dict(zip(names, sig["mask"].tolist()))
         feats, mask = {}, {}
+        fields, half = group_signals(), half_fields()
         for g in self.feature_dims:
-            parts = GROUP_SIGNALS[g]
-            feats[g] = np.concatenate([sig[n] for n in parts]).astype(np.float16 if g in HALF_GROUPS else np.float32)
+            parts = fields[g]
+            feats[g] = np.concatenate([sig[n] for n in parts]).astype(np.float16 if g in half else np.float32)
             mask[g] = float(min(m[n] for n in parts))
-        scalars = {k: float(sig[s][i]) for k, (s, i) in SCALARS.items() if s in sig and m.get(s, 0) > 0}
+        scalars = {k: float(sig[s][i]) for k, (s, i) in scalar_signals().items() if s in sig and m.get(s, 0) > 0}
         # RSUS components that are not configured, or configured but not computable at this step (no confidence
         # source, no samples, no marker), are masked individually: left out of the scalars, so they show in
         # info["masked_signals"] (their observation slot is 0 with availability flag 0)
@@ -109,16 +97,15 @@ class Components:
         return feats, scalars, mask
 
 
-#: real-data tasks served by envs.qa_task.QATask
-QA_TASKS = ("hotpotqa", "medmcqa")
 
 
 def record_groups(config: EnvConfig) -> list[str]:
     """The observation groups a step record stores (``content`` = the three embedding fields; the question's is
     taken by the env from the episode's first record, so records store the step and context ones)."""
     out: list[str] = []
+    fields = group_fields()
     for g in config.signals:
-        for x in (("step_embedding", "context_embedding") if g == "content" else (g,)):
+        for x in fields[g]:
             if x not in out:
                 out.append(x)
     return out
@@ -127,20 +114,17 @@ def record_groups(config: EnvConfig) -> list[str]:
 def observation_groups(config: EnvConfig, feature_dims: dict[str, int]) -> dict[str, int]:
     """Every observation group and its dimension: the record groups plus the episode groups of ``content``."""
     dims = dict(feature_dims)
-    if "content" in config.signals:
-        for g, src in EPISODE_GROUPS.items():
+    for g, src in episode_fields().items():
+        if src in feature_dims:
             dims[g] = feature_dims[src]
     return dims
 
 
 def build_components(config: EnvConfig) -> Components:
-    """Components of an env config (micro-world or HotpotQA task)."""
-    if config.task == "microworld":
-        return _microworld(config)
-    if config.task in QA_TASKS:
-        return _qa(config)
-    raise ValueError(f"EnvConfig.task '{config.task}' is not available (available: microworld, "
-                     f"{', '.join(QA_TASKS)})")
+    """Components of an env config: the builder its task registered (:data:`envs.tasks.TASKS`)."""
+    from envs.tasks import TASKS
+
+    return TASKS.get(TASKS.check(config.task, "EnvConfig.task"))(config)
 
 
 def _extractor(config: EnvConfig, reasoner, n_layers: int, hidden: int, corpus_texts: list[str], backend: str):
@@ -148,7 +132,8 @@ def _extractor(config: EnvConfig, reasoner, n_layers: int, hidden: int, corpus_t
     from agents.signals.extractor import SignalExtractor
     from agents.signals.rsus import RSUSConfig
 
-    names = [n for g in record_groups(config) for n in GROUP_SIGNALS[g]]
+    fields = group_signals()
+    names = [n for g in record_groups(config) for n in fields[g]]
     rsus_cfg = RSUSConfig(w_verb=0.40 if "verb" in config.rsus_components else 0.0,
                           w_ent=0.35 if "ent" in config.rsus_components else 0.0,
                           w_cons=0.25 if "cons" in config.rsus_components else 0.0, seed=config.seed,
@@ -204,13 +189,13 @@ def _namespace(kind: str, identity, config: EnvConfig) -> str:
     return namespace_of(kind, identity, outcome_fields, RECORD_VERSION)
 
 
-def _qa(config: EnvConfig) -> Components:
+def qa_components(config: EnvConfig, task: Any = None) -> Components:
     from agents.query import QueryGenerator
     from agents.reasoners.registry import make_reasoner
     from agents.retrievers.bm25 import BM25Retriever
     from envs.qa_task import QATask
 
-    task = QATask(config.task, config.split, config.data_path)
+    task = task if task is not None else QATask(config.task, config.split, config.data_path)
     corpus = task.corpus()
     extra = {}
     if "rind" in config.signals:  # DRAGIN's RIND reads last-layer attention: eager attention, captured
@@ -227,7 +212,7 @@ def _qa(config: EnvConfig) -> Components:
     hidden = getattr(mc, "hidden_size", 0) or 0
     extractor = _extractor(config, reasoner, n_layers, hidden, [p.text for p in corpus], config.reasoner)
     dims = extractor.dims
-    feature_dims = {g: sum(dims[n] for n in GROUP_SIGNALS[g]) for g in record_groups(config)}
+    feature_dims = {g: sum(dims[n] for n in group_signals()[g]) for g in record_groups(config)}
     ident = getattr(reasoner, "model_id", config.reasoner)
     probes = {}
     if config.probes:  # e.g. trained on retrieval-benefit labels: `kairos probe train --benefit-labels …`
@@ -245,8 +230,9 @@ def _qa(config: EnvConfig) -> Components:
 def _qa_retriever(config: EnvConfig, corpus, bm25_cls):  # shared by the real-data and micro-world tasks
     """BM25 built in memory, or any prebuilt index (``index_path``: BM25 or ColBERT/PLAID), checked against
     this task's corpus (count, fingerprint, files, known-answer probe) before use."""
-    if config.retriever not in ("bm25", "colbert"):
-        raise ValueError(f"EnvConfig.retriever must be bm25 or colbert, got '{config.retriever}'")
+    from agents.retrievers.index import RETRIEVERS
+
+    RETRIEVERS.check(config.retriever, "EnvConfig.retriever")
     if config.index_path is None:
         if config.retriever == "colbert":
             raise ValueError("EnvConfig: retriever 'colbert' needs index_path (a PLAID index of this task's corpus; "
@@ -261,7 +247,7 @@ def _qa_retriever(config: EnvConfig, corpus, bm25_cls):  # shared by the real-da
     return load_index(config.index_path, corpus)
 
 
-def _microworld(config: EnvConfig) -> Components:
+def microworld_components(config: EnvConfig) -> Components:
     from agents.query import QueryGenerator
     from agents.reasoners.micro import MicroReasoner
     from agents.retrievers.bm25 import BM25Retriever
@@ -285,7 +271,7 @@ def _microworld(config: EnvConfig) -> Components:
     extractor = _extractor(config, reasoner, n_layers, world.model.config.hidden_size, [p.text for p in corpus],
                            "micro")
     dims = extractor.dims
-    feature_dims = {g: sum(dims[n] for n in GROUP_SIGNALS[g]) for g in record_groups(config)}
+    feature_dims = {g: sum(dims[n] for n in group_signals()[g]) for g in record_groups(config)}
     ns = _namespace("micro", [world.train_info, str(world.path)], config)
     probes = {}
     if config.probes:

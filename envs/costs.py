@@ -25,11 +25,12 @@ Example:
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
+
+from envs.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -55,22 +56,21 @@ class RewardCost(Protocol):
         raise NotImplementedError
 
 
-_REGISTRY: dict[str, Callable[..., RewardCost]] = {}
+#: reward costs by name (``COSTS.names()``; a dotted path ``package.module:Class`` works too)
+COSTS: Registry[Callable[..., RewardCost]] = Registry("cost")
 
 
 def register_cost(name: str) -> Callable[[type], type]:
-    """Class decorator: make a cost available by ``name`` in configs."""
+    """Class decorator: make a cost available by ``name`` in configs (sets ``cls.name``)."""
     def deco(cls: type) -> type:
-        if name in _REGISTRY:
-            raise ValueError(f"cost '{name}' is already registered")
-        _REGISTRY[name] = cls
+        COSTS.register(name, cls)
         cls.name = name
         return cls
     return deco
 
 
 def available_costs() -> list[str]:
-    return sorted(_REGISTRY)
+    return COSTS.names()
 
 
 @register_cost("retrieval_calls")
@@ -124,26 +124,18 @@ class Dollars:
 
 
 def make_cost(spec: str, **kwargs: Any) -> RewardCost:
-    """A cost from a registered name or a dotted path ``package.module:Class``."""
-    if spec in _REGISTRY:
-        return _REGISTRY[spec](**kwargs)
-    if ":" in spec:
-        mod_name, _, attr = spec.partition(":")
+    """A cost from a registered name or a dotted path ``package.module:Class`` (a class is instantiated with
+    ``kwargs``; a function is used as is)."""
+    obj = COSTS.get(spec)
+    cost = obj(**kwargs) if isinstance(obj, type) else obj
+    if not callable(cost):
+        raise ValueError(f"cost '{spec}' is not callable")
+    if not getattr(cost, "name", None):
         try:
-            obj = getattr(importlib.import_module(mod_name), attr)
-        except (ImportError, AttributeError) as e:
-            raise ValueError(f"cost '{spec}': cannot import {attr} from {mod_name} ({e})") from e
-        cost = obj(**kwargs) if isinstance(obj, type) else obj
-        if not callable(cost):
-            raise ValueError(f"cost '{spec}' is not callable")
-        if not getattr(cost, "name", None):
-            try:
-                cost.name = spec
-            except AttributeError:  # a plain function object without settable attributes
-                pass
-        return cost
-    raise ValueError(f"unknown cost '{spec}' (registered: {', '.join(available_costs())}; "
-                     "or give a dotted path 'package.module:Class')")
+            cost.name = spec
+        except AttributeError:  # a plain function object without settable attributes
+            pass
+    return cost
 
 
 class CostModel:

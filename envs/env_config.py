@@ -5,16 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from envs.config import ConfigBase, ConfigError, helpf
-
-#: the values ``EnvConfig.signals`` accepts (observation groups; ``content`` = the three embedding fields)
-OBSERVATION_GROUPS = ("pulse", "output", "rsus", "coe", "eigen", "rind", "content")
+from envs.observation import config_groups
+from envs.tasks import TASKS
 
 
 @dataclass
 class EnvConfig(ConfigBase):
     """Everything that determines an episode's outcome (it is part of the trajectory-cache key)."""
 
-    task: str = helpf("microworld", "question source: microworld | hotpotqa | medmcqa")
+    task: str = helpf("microworld", "question source, a registered task (envs.tasks.TASKS): microworld | hotpotqa | "
+                                    "medmcqa")
     split: str = helpf("train", "question split (micro-world: train | dev | test; hotpotqa: dev or a range 'dev[0:100]')")
     reasoner: str = helpf("micro", "reasoner backend name (micro | hf | openai)")
     artifact: str | None = helpf(None, "micro-world artifact directory (default: the shipped one)")
@@ -68,10 +68,12 @@ class EnvConfig(ConfigBase):
             raise ConfigError("EnvConfig: max_retrievals_per_step must be >= 1")
         if not self.query_modes:
             raise ConfigError("EnvConfig: query_modes must name at least one query formulation")
-        bad = [s for s in self.signals if s not in OBSERVATION_GROUPS]
+        TASKS.check(self.task, "EnvConfig.task", ConfigError)
+        groups = config_groups()
+        bad = [s for s in self.signals if s not in groups]
         if bad:
             raise ConfigError(f"EnvConfig: unknown observation group '{bad[0]}' in 'signals' (valid: "
-                              f"{', '.join(OBSERVATION_GROUPS)})")
+                              f"{', '.join(groups)})")
         allowed = ("n_samples", "cons_only_at_markers", "agreement", "bm25_k")
         extra = sorted(set(self.rsus_options) - set(allowed))
         if extra:

@@ -28,7 +28,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from envs.components import EPISODE_GROUPS, observation_groups
+from envs.components import episode_fields, observation_groups
 from envs.costs import CostEvent, CostModel, modelled_seconds
 from envs.env_config import EnvConfig
 from envs.trajectory_cache import TrajectoryCache
@@ -171,7 +171,7 @@ class RetrievalTimingEnv(gym.Env):
         self._episode: list[dict[str, Any]] = []
         rec = yield from self._get_or_generate(kind="start")
         # episode-level content: the question's embedding is the context embedding of the first step
-        self._episode_feats = {g: (rec.features[src], rec.mask[src]) for g, src in EPISODE_GROUPS.items()
+        self._episode_feats = {g: (rec.features[src], rec.mask[src]) for g, src in episode_fields().items()
                                if g in self.groups}
         self._tokens += rec.n_tokens
         self._seconds += rec.seconds

@@ -1,28 +1,25 @@
 """``kairos bench``: performance and quality benchmarks, one subcommand each.
 
-Each entry of :data:`BENCHES` is ``"module:register"``; ``register(subparsers)`` adds the benchmark's own
-parser and sets ``func``. Add a benchmark by adding an entry; modules are imported when the CLI starts and
-keep their heavy imports inside the command functions.
+Each entry of the :data:`BENCHES` registry is a ``register(subparsers)`` that adds the benchmark's own parser and
+sets ``func``. Add one with ``BENCHES.register_path("name", "package.module:register")``; modules are imported
+when the CLI starts and keep their heavy imports inside the command functions.
 
 Every benchmark prints a table to stdout and writes JSON (DESIGN §9).
 """
 
 from __future__ import annotations
 
-import importlib
 import sys
 from typing import Any
 
-#: benchmark name -> "module:register_function"
-BENCHES: dict[str, str] = {
-    "retrieval": "eval.retrieval_bench:register",
-    "env": "eval.env_bench:register",
-    "detection": "eval.detection_bench:register",
-    "policies": "eval.bench_policies:register",
-    "querygen": "eval.querygen_bench:register",
-    "segmenter": "eval.segmenter_bench:register",
-    "rsus": "eval.rsus_bench:register",
-}
+from envs.registry import Registry, RegistryImportError
+
+#: benchmark name -> its ``register(subparsers)`` (imported on use: a benchmark's heavy imports stay its own)
+BENCHES: Registry[Any] = Registry("benchmark")
+for _name, _mod in (("retrieval", "retrieval_bench"), ("env", "env_bench"), ("detection", "detection_bench"),
+                    ("policies", "bench_policies"), ("querygen", "querygen_bench"), ("segmenter", "segmenter_bench"),
+                    ("rsus", "rsus_bench")):
+    BENCHES.register_path(_name, f"eval.{_mod}:register")
 
 
 def register(subparsers: Any) -> None:
@@ -30,11 +27,10 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("bench", help="benchmarks (print a table, write JSON)")
     bsub = p.add_subparsers(dest="bench_command", metavar="BENCHMARK")
     p.set_defaults(func=lambda a: p.print_help(sys.stderr) or 2)
-    for name, spec in BENCHES.items():
-        mod, fn = spec.split(":")
+    for name in BENCHES.names():
         try:
-            reg = getattr(importlib.import_module(mod), fn)
-        except ModuleNotFoundError as e:
+            reg = BENCHES.get(name)
+        except RegistryImportError as e:
             bsub.add_parser(name, help=f"(unavailable: {e})")
             continue
         reg(bsub)

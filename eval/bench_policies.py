@@ -184,20 +184,14 @@ def parse_slice(text: str, key: str) -> range:
 # ---------------------------------------------------------------- triggers
 def make_trigger(m: MethodSpec, threshold: float | None = None, p: float | None = None, seed: int = 0):
     """The :class:`policies.triggers.Trigger` of a method (threshold / rate filled in by the caller)."""
-    from policies import triggers as T
+    from policies.triggers import TRIGGERS
 
-    if m.kind == "never":
-        t = T.NeverTrigger()
-    elif m.kind == "always":
-        t = T.AlwaysTrigger()
-    elif m.kind == "single":
-        t = T.SingleTrigger()
-    elif m.kind == "oracle":
-        t = T.OracleTrigger()
+    if m.kind in ("never", "always", "single", "oracle"):
+        t = TRIGGERS.make(m.kind)
     elif m.kind == "threshold":
-        t = T.ThresholdTrigger(m.signal, float(threshold), m.direction, name=m.name)
+        t = TRIGGERS.make("threshold", m.signal, float(threshold), m.direction, name=m.name)
     elif m.kind == "random":
-        t = T.RandomTrigger(float(p), seed=seed, name=m.name)
+        t = TRIGGERS.make("random", float(p), seed=seed, name=m.name)
     else:
         from policies.rl.export import LearnedTrigger
 
@@ -327,9 +321,9 @@ def run_bench(cfg: BenchConfig, components=None) -> dict[str, Any]:
     if max(test) >= n_split or max(dev) >= n_split:
         raise ConfigError(f"BenchConfig: dev {cfg.dev} / test {cfg.test} exceed the {n_split} questions of "
                           f"split '{runner.env_config.split}'")
-    from envs.components import SCALARS
+    from envs.components import scalar_signals
 
-    known = set(SCALARS) | set(runner_probe_names(cfg))
+    known = set(scalar_signals()) | set(runner_probe_names(cfg))
     for m in cfg.methods:  # a typo is an error; a known signal this env does not produce is a reported skip
         if m.kind == "threshold" and m.signal not in known:
             raise ConfigError(f"method '{m.name}': unknown signal '{m.signal}' (known: {', '.join(sorted(known))})")

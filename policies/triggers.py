@@ -3,12 +3,17 @@
 A trigger sees what a learned policy sees — the observation and the env's ``info`` (which carries every
 signal of the current step by name, and the ground-truth label where known) — and returns an action.
 
+Every trigger is registered in :data:`TRIGGERS` (the benchmark's method ``kind``); plug in your own with
+``@TRIGGERS.register("name")`` on a class with ``decide`` / ``reset`` / ``describe``, or a dotted path.
+
 Example:
-    >>> t = ThresholdTrigger("min_prob", 0.3, direction="below", name="FLARE")
-    >>> t.decide({}, {"signals": {"min_prob": 0.1}, "step_index": 1})
+    >>> t = TRIGGERS.make("threshold", "minprob", 0.3, direction="below", name="FLARE")
+    >>> t.decide({}, {"signals": {"minprob": 0.1}, "step_index": 1})
     1
     >>> t.describe()
-    'FLARE: retrieve when min_prob < 0.3'
+    'FLARE: retrieve when minprob < 0.3'
+    >>> TRIGGERS.names()
+    ['never', 'always', 'single', 'random', 'threshold', 'fixed_mode', 'oracle']
 """
 
 from __future__ import annotations
@@ -17,6 +22,11 @@ import copy
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+
+from envs.registry import Registry
+
+#: fixed triggers by name (the benchmark's method kinds read it)
+TRIGGERS: Registry[type] = Registry("trigger")
 
 
 @runtime_checkable
@@ -45,6 +55,7 @@ class _Base:
         return self.name
 
 
+@TRIGGERS.register("never")
 class NeverTrigger(_Base):
     """CoT: never retrieve."""
 
@@ -57,6 +68,7 @@ class NeverTrigger(_Base):
         return "CoT: never retrieve"
 
 
+@TRIGGERS.register("always")
 class AlwaysTrigger(_Base):
     """IRCoT-style: retrieve at every step."""
 
@@ -69,6 +81,7 @@ class AlwaysTrigger(_Base):
         return "IRCoT: retrieve at every step"
 
 
+@TRIGGERS.register("single")
 class SingleTrigger(_Base):
     """Single RAG: retrieve once, at the first step (query = the question)."""
 
@@ -81,6 +94,7 @@ class SingleTrigger(_Base):
         return "Single RAG: retrieve once before step 1"
 
 
+@TRIGGERS.register("random")
 class RandomTrigger(_Base):
     """Bernoulli(p), seeded per episode."""
 
@@ -101,6 +115,7 @@ class RandomTrigger(_Base):
         return f"{self.name}: retrieve with probability {self.p:.3f}"
 
 
+@TRIGGERS.register("threshold")
 class ThresholdTrigger(_Base):
     """Retrieve when a named signal crosses a threshold: FLARE (MinProb), DRAGIN (RIND), SeaKR (EigenScore),
     PUlSE / ReProbe (probe probability), RSUS (τ = 0.65), PPL, …
@@ -150,6 +165,7 @@ class ThresholdTrigger(_Base):
         return f"{self.name}: retrieve when {self.signal} {op} {self.threshold:g}"
 
 
+@TRIGGERS.register("fixed_mode")
 class FixedModeTrigger(_Base):
     """Any trigger with a fixed query formulation: ``decide`` returns ``(retrieve, mode_index)`` for an env with
     QueryGen actions (``querygen: true``), so a fixed trigger can retrieve with e.g. ``info_need`` queries.
@@ -177,6 +193,7 @@ class FixedModeTrigger(_Base):
         return f"{self.trigger.describe()} (query mode {self.mode or self.mode_index})"
 
 
+@TRIGGERS.register("oracle")
 class OracleTrigger(_Base):
     """Retrieve exactly when the ground-truth label says the current step is wrong (micro-world)."""
 

@@ -75,7 +75,7 @@ def test_rewards_follow_the_trl_signature():
     assert QueryTokens()(["p", "p"], ["a b c", "  "]) == [3.0, 0.0]
     assert make_reward("query_tokens").__name__ == "query_tokens"
     assert make_reward("tests.test_querygen:_const_reward")(["p"], ["x"]) == [0.5]
-    with pytest.raises(KeyError, match="unknown QueryGen reward 'nope'"):
+    with pytest.raises(ValueError, match="unknown QueryGen reward 'nope'"):
         make_reward("nope")
     assert gold_rank([_P("a"), _P("b")], ["b"]) == 2 and gold_rank([_P("a")], ["z"]) is None
 

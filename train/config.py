@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from envs.config import ConfigBase, ConfigError, helpf
+from train.curriculum import ScheduleConfig
 from train.warmstart import WarmStartOptions
 
 BASELINES = ("none", "mean", "value")
-SCHEDULES = ("constant", "linear", "cosine", "exponential")
 
 
 @dataclass
@@ -67,25 +67,6 @@ class ModelOptions(ConfigBase):
         bad = [g for g in self.freeze if g not in ("trunk", "retrieve", "query", "value")]
         if bad:
             raise ConfigError(f"ModelOptions: unknown freeze group '{bad[0]}' (valid: trunk, retrieve, query, value)")
-
-
-@dataclass
-class ScheduleConfig(ConfigBase):
-    """A λ schedule over training iterations (see :mod:`train.curriculum`)."""
-
-    kind: str = helpf("linear", "constant | linear | cosine | exponential")
-    start: float = helpf(0.5, "λ at iteration `delay` (and before)")
-    end: float = helpf(0.1, "λ after `delay + iterations`")
-    iterations: int = helpf(20, "iterations the schedule takes to go from start to end")
-    delay: int = helpf(0, "iterations to hold `start` before moving")
-
-    def validate(self) -> None:
-        if self.kind not in SCHEDULES:
-            raise ConfigError(f"ScheduleConfig: kind must be one of {SCHEDULES}, got '{self.kind}'")
-        if self.kind == "exponential" and (self.start <= 0 or self.end <= 0):
-            raise ConfigError("ScheduleConfig: exponential schedules need start > 0 and end > 0")
-        if self.iterations < 0 or self.delay < 0:
-            raise ConfigError("ScheduleConfig: iterations and delay must be >= 0")
 
 
 @dataclass

@@ -1,7 +1,13 @@
 """Curricula: per-cost λ schedules, applied to every EnvRunner each training iteration.
 
+A schedule is a function ``(start, end, t) -> λ`` of the progress ``t ∈ [0, 1]`` registered in
+:data:`LAMBDA_SCHEDULES` (``ScheduleConfig.kind`` names one). Plug in your own::
+
+    @LAMBDA_SCHEDULES.register("step")
+    def step(start, end, t):
+        return start if t < 0.5 else end
+
 Example:
-    >>> from train.config import ScheduleConfig
     >>> s = ScheduleConfig(kind="linear", start=0.5, end=0.1, iterations=4)
     >>> [round(schedule_value(s, i), 2) for i in range(6)]
     [0.5, 0.4, 0.3, 0.2, 0.1, 0.1]
@@ -15,23 +21,67 @@ import logging
 import math
 from typing import Any
 
-from train.config import ScheduleConfig
+from dataclasses import dataclass
+
+from envs.config import ConfigBase, ConfigError, helpf
+from envs.registry import Registry, UnknownNameError
 
 log = logging.getLogger(__name__)
+
+#: λ schedules by name: ``fn(start, end, t) -> λ`` for progress ``t`` in [0, 1] (``positive=True``: needs start,
+#: end > 0)
+LAMBDA_SCHEDULES: Registry = Registry("λ schedule", dotted_paths=False)
+
+
+@LAMBDA_SCHEDULES.register("constant")
+def constant(start: float, end: float, t: float) -> float:
+    return start
+
+
+@LAMBDA_SCHEDULES.register("linear")
+def linear(start: float, end: float, t: float) -> float:
+    return start + (end - start) * t
+
+
+@LAMBDA_SCHEDULES.register("cosine")
+def cosine(start: float, end: float, t: float) -> float:
+    return end + (start - end) * 0.5 * (1.0 + math.cos(math.pi * t))
+
+
+@LAMBDA_SCHEDULES.register("exponential", positive=True)
+def exponential(start: float, end: float, t: float) -> float:
+    return start * (end / start) ** t
+
+
+@dataclass
+class ScheduleConfig(ConfigBase):
+    """A λ schedule over training iterations: ``start`` until ``delay``, then ``kind`` to ``end`` over
+    ``iterations``."""
+
+    kind: str = helpf("linear", "a registered λ schedule: constant | linear | cosine | exponential")
+    start: float = helpf(0.5, "λ at iteration `delay` (and before)")
+    end: float = helpf(0.1, "λ after `delay + iterations`")
+    iterations: int = helpf(20, "iterations the schedule takes to go from start to end")
+    delay: int = helpf(0, "iterations to hold `start` before moving")
+
+    def validate(self) -> None:
+        try:
+            info = LAMBDA_SCHEDULES.info(self.kind)
+        except UnknownNameError as e:
+            raise ConfigError(f"ScheduleConfig.kind: {e}") from None
+        if info.get("positive") and (self.start <= 0 or self.end <= 0):
+            raise ConfigError(f"ScheduleConfig: {self.kind} schedules need start > 0 and end > 0")
+        if self.iterations < 0 or self.delay < 0:
+            raise ConfigError("ScheduleConfig: iterations and delay must be >= 0")
 
 
 def schedule_value(s: ScheduleConfig, iteration: int) -> float:
     """λ of schedule ``s`` at (0-based) training ``iteration``."""
-    if s.kind == "constant" or s.iterations == 0:
-        return s.start if s.kind == "constant" or iteration < s.delay else s.end
-    t = min(max((iteration - s.delay) / s.iterations, 0.0), 1.0)
-    if s.kind == "linear":
-        return s.start + (s.end - s.start) * t
-    if s.kind == "cosine":
-        return s.end + (s.start - s.end) * 0.5 * (1.0 + math.cos(math.pi * t))
-    if s.kind == "exponential":
-        return s.start * (s.end / s.start) ** t
-    raise ValueError(f"unknown schedule kind '{s.kind}'")
+    if s.iterations == 0:
+        t = 0.0 if iteration < s.delay else 1.0
+    else:
+        t = min(max((iteration - s.delay) / s.iterations, 0.0), 1.0)
+    return float(LAMBDA_SCHEDULES.get(s.kind)(s.start, s.end, t))
 
 
 class Curriculum:

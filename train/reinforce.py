@@ -124,7 +124,7 @@ class ReinforceConfig(AlgorithmConfig):
             entropy_coeff: entropy bonus weight.
             vf_loss_coeff: value-head MSE weight (baseline ``value``).
             floor_coeff: weight of the exploration-floor barrier (the floor is the module's ``explore_floor``).
-            curriculum: cost name -> schedule dict (:class:`train.config.ScheduleConfig` fields).
+            curriculum: cost name -> schedule dict (:class:`train.curriculum.ScheduleConfig` fields).
         """
         super().training(**kwargs)
         for k, v in dict(num_episodes_per_train_batch=num_episodes_per_train_batch, baseline=baseline,

@@ -15,50 +15,36 @@ Example:
     ...     return "an object implementing the Reasoner protocol"
     >>> make_reasoner("echo")
     'an object implementing the Reasoner protocol'
-    >>> _ = REASONERS.pop("echo")
+    >>> _ = REASONERS.unregister("echo")
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any
 
-REASONERS: dict[str, Callable[..., Any]] = {}
+from envs.registry import Registry
+
+#: reasoner factories by name (``REASONERS.names()``; a dotted path ``package.module:Factory`` works too)
+REASONERS: Registry[Callable[..., Any]] = Registry("reasoner")
 
 
 def register_reasoner(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator: register a reasoner factory under ``name`` (re-registering a name is an error)."""
-
-    def deco(factory: Callable[..., Any]) -> Callable[..., Any]:
-        if name in REASONERS and REASONERS[name] is not factory:
-            raise ValueError(f"reasoner '{name}' is already registered")
-        REASONERS[name] = factory
-        return factory
-
-    return deco
+    return REASONERS.register(name)
 
 
 def available_reasoners() -> list[str]:
     """Registered reasoner names."""
-    return list(REASONERS)
+    return REASONERS.names()
 
 
 def resolve_reasoner(name: str) -> Callable[..., Any]:
     """The factory registered as ``name``, or the object at dotted path ``package.module:attr``."""
-    if name in REASONERS:
-        return REASONERS[name]
-    if ":" in name:
-        mod, _, attr = name.partition(":")
-        try:
-            obj = getattr(importlib.import_module(mod), attr)
-        except (ImportError, AttributeError) as e:
-            raise ValueError(f"cannot import reasoner '{name}': {e}") from e
-        if not callable(obj):
-            raise ValueError(f"reasoner '{name}' is not callable")
-        return obj
-    raise ValueError(f"unknown reasoner '{name}' (registered: {', '.join(REASONERS)}; "
-                     "or a dotted path 'package.module:Factory')")
+    obj = REASONERS.get(name)
+    if not callable(obj):
+        raise ValueError(f"reasoner '{name}' is not callable")
+    return obj
 
 
 def make_reasoner(name: str, **options: Any) -> Any:

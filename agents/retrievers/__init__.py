@@ -30,10 +30,10 @@ from agents.retrievers.base import (
 from agents.retrievers.bm25 import BM25Config, BM25Retriever, bm25_tokenize
 from agents.retrievers.cache import CachedRetriever, CacheStats, Prefetcher, QueryCache
 from agents.retrievers.corpus_spec import canonical_spec, load_corpus
-from agents.retrievers.index import KINDS, build_index, index_info, load_index
+from agents.retrievers.index import RETRIEVERS, build_index, index_info, load_index
 
 __all__ = [
-    "KINDS",
+    "RETRIEVERS",
     "BM25Config",
     "BM25Retriever",
     "CacheStats",

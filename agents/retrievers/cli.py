@@ -80,6 +80,7 @@ def register_index(sub: Any) -> None:
     from agents.retrievers.bm25 import BM25Config
     from agents.retrievers.colbert import ColBERTIndexConfig
     from agents.retrievers.corpus_spec import SPEC_HELP
+    from agents.retrievers.index import RETRIEVERS
 
     p = sub.add_parser("index", help="build, search and inspect retrieval indexes (BM25, ColBERT/PLAID)",
                        description="Build, search and inspect retrieval indexes. Every load checks the corpus "
@@ -88,7 +89,7 @@ def register_index(sub: Any) -> None:
     p.set_defaults(func=lambda a: p.print_help(sys.stderr) or 2)
 
     b = isub.add_parser("build", help="index a corpus")
-    b.add_argument("--retriever", required=True, choices=["bm25", "colbert"], help="index kind")
+    b.add_argument("--retriever", required=True, choices=RETRIEVERS.names(), help="index kind")
     b.add_argument("--corpus", required=True, help=SPEC_HELP)
     b.add_argument("--out", required=True, help="index directory")
     b.add_argument("--overwrite", action="store_true", help="replace an existing index in --out")

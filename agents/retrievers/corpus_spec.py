@@ -44,7 +44,7 @@ def _split(spec: str) -> tuple[str, str]:
 def _kinds() -> set[str]:
     from envs.data.corpora import CORPUS_BUILDERS
 
-    return {"microworld", "flashrag", *CORPUS_BUILDERS}
+    return {"microworld", "flashrag", *CORPUS_BUILDERS.names()}
 
 
 def canonical_spec(spec: str) -> str:
@@ -83,4 +83,4 @@ def load_corpus(spec: str) -> Corpus:
     from envs.data.corpora import CORPUS_BUILDERS
     from envs.data.loaders import load_dataset
 
-    return CORPUS_BUILDERS[kind](load_dataset(kind, path), source=canonical_spec(spec))
+    return CORPUS_BUILDERS.make(kind, load_dataset(kind, path), source=canonical_spec(spec))

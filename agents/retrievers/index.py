@@ -24,7 +24,6 @@ Example:
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import logging
 import re
@@ -38,25 +37,23 @@ from agents.retrievers.base import IndexCorruptError, IndexMismatchError, IndexM
 from envs.config import ConfigBase
 from envs.data.types import Corpus, Passage
 from envs.io import write_json
+from envs.registry import Registry
 
 log = logging.getLogger(__name__)
 
 MANIFEST = "kairos_index.json"
 FORMAT = "kairos-index/1"
 
-#: retriever kind -> "module:Class" (imported on use, so BM25 never imports colbert)
-KINDS: dict[str, str] = {
-    "bm25": "agents.retrievers.bm25:BM25Retriever",
-    "colbert": "agents.retrievers.colbert:ColBERTRetriever",
-}
+#: retriever kind -> class (imported on use, so BM25 never imports colbert); a class implements ``build(corpus,
+#: config)``, ``save(dir)``, ``load(dir)`` and the :class:`~agents.retrievers.base.Retriever` protocol
+RETRIEVERS: Registry[type] = Registry("retriever")
+RETRIEVERS.register_path("bm25", "agents.retrievers.bm25:BM25Retriever")
+RETRIEVERS.register_path("colbert", "agents.retrievers.colbert:ColBERTRetriever")
 
 
 def retriever_class(kind: str) -> type:
-    """The retriever class registered under ``kind``."""
-    if kind not in KINDS:
-        raise ValueError(f"unknown retriever '{kind}' (valid: {', '.join(sorted(KINDS))})")
-    mod, cls = KINDS[kind].split(":")
-    return getattr(importlib.import_module(mod), cls)
+    """The retriever class registered under ``kind`` (or at dotted path ``package.module:Class``)."""
+    return RETRIEVERS.get(kind)
 
 
 def build_command(kind: str = "bm25|colbert", corpus: str = "SPEC", out: str | Path = "DIR") -> str:
@@ -124,7 +121,7 @@ def build_index(kind: str, corpus: Corpus, out: str | Path, config: ConfigBase |
     """Build a ``kind`` index of ``corpus`` under ``out``, run the probe, and write the manifest.
 
     Args:
-        kind: ``bm25`` or ``colbert`` (see :data:`KINDS`).
+        kind: ``bm25`` or ``colbert`` (see :data:`RETRIEVERS`).
         corpus: The passages.
         out: Index directory (created).
         config: The kind's config (object or dict); default settings when ``None``.

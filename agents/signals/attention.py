@@ -63,7 +63,7 @@ def rind_scores(attn_received: np.ndarray, entropies: np.ndarray) -> np.ndarray:
     return a_bar * H[:n] * n
 
 
-@register_signal("rind")
+@register_signal("rind", group="rind", scalars={"rind": 0})
 class RIND(SignalBase):
     """DRAGIN RIND: ``max_i ā_i · H_i · n`` from ``step.meta["attn_received"]`` and ``step.entropies``."""
 

@@ -16,12 +16,11 @@ Example — a custom signal, registered by name::
     ...         return np.array([len(step.content.split())], dtype=np.float32)
     >>> make_signal("n_words")(Step(1, "Step 1 : a b .", "a b .", False))
     array([3.], dtype=float32)
-    >>> _ = SIGNALS.pop("n_words")
+    >>> _ = SIGNALS.unregister("n_words")
 """
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import math
 from collections.abc import Callable
@@ -30,6 +29,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from agents.reasoners.base import Step
+from envs.registry import Registry
 
 
 class SignalUnavailable(ValueError):
@@ -81,38 +81,44 @@ class SignalBase:
         return f"{type(self).__name__}(name={self.name!r}, dim={self.dim}, requires={self.requires})"
 
 
-#: registry name -> signal class (or factory returning a :class:`Signal`)
-SIGNALS: dict[str, Callable[..., Signal]] = {}
+#: registry name -> signal class (or factory returning a :class:`Signal`); the builtin modules register on first read
+SIGNALS: Registry[Callable[..., Signal]] = Registry(
+    "signal", builtins=("agents.signals.attention", "agents.signals.hidden", "agents.signals.output",
+                        "agents.signals.rsus"))
 
 
-def register_signal(name: str) -> Callable[[Callable[..., Signal]], Callable[..., Signal]]:
-    """Class decorator: register a signal under ``name`` (also sets ``cls.name`` when unset)."""
+def register_signal(name: str, *, group: str | None = None, field: str | None = None,
+                    scalars: dict[str, int] | None = None, dtype: str = "float32",
+                    episode_field: str | None = None) -> Callable[[Callable[..., Signal]], Callable[..., Signal]]:
+    """Class decorator: register a signal under ``name`` (also sets ``cls.name`` when unset).
+
+    What it declares is all the env needs to use it — no other table to edit:
+
+    Args:
+        group: the ``EnvConfig.signals`` entry that turns it on (``None``: usable by name only, e.g. a probe input).
+        field: the observation field its vector goes into (default: ``group``); signals sharing a field are
+            concatenated in registration order.
+        scalars: scalar name -> index into its vector, reported in ``info["signals"]`` (threshold triggers
+            read these).
+        dtype: the field's dtype in observations and cache records (``float16`` for large embeddings).
+        episode_field: an extra observation field holding this signal's value at the episode's first step
+            (kept for the whole episode: the question's embedding is the context embedding of step 1).
+    """
+    info = {"group": group, "field": (field or group) if group else None, "scalars": dict(scalars or {}),
+            "dtype": dtype, "episode_field": episode_field}
 
     def deco(cls: Callable[..., Signal]) -> Callable[..., Signal]:
-        if name in SIGNALS and SIGNALS[name] is not cls:
-            raise ValueError(f"signal '{name}' is already registered ({SIGNALS[name]})")
         if isinstance(cls, type) and not cls.__dict__.get("name"):
             cls.name = name  # type: ignore[attr-defined]
             if not cls.__dict__.get("label"):
                 cls.label = name  # type: ignore[attr-defined]
-        SIGNALS[name] = cls
-        return cls
+        return SIGNALS.register(name, cls, **info)
 
     return deco
 
 
 def _resolve(name: str) -> Callable[..., Signal]:
-    if ":" in name:  # dotted-path escape hatch: "package.module:Class"
-        mod, attr = name.split(":", 1)
-        try:
-            return getattr(importlib.import_module(mod), attr)
-        except (ImportError, AttributeError) as e:
-            raise ValueError(f"cannot import signal '{name}': {e}") from e
-    _load_builtin()
-    if name not in SIGNALS:
-        raise ValueError(f"unknown signal '{name}' (valid: {', '.join(sorted(SIGNALS))}, "
-                         f"or a dotted path 'package.module:Class')")
-    return SIGNALS[name]
+    return SIGNALS.get(name)
 
 
 def make_signal(name: str, context: dict[str, Any] | None = None, **options: Any) -> Signal:
@@ -140,10 +146,4 @@ def make_signal(name: str, context: dict[str, Any] | None = None, **options: Any
 
 def available_signals() -> list[str]:
     """Every registered signal name."""
-    _load_builtin()
-    return sorted(SIGNALS)
-
-
-def _load_builtin() -> None:
-    # importing the modules registers their signals
-    from agents.signals import attention, hidden, output, rsus  # noqa: F401
+    return sorted(SIGNALS.names())

@@ -154,7 +154,7 @@ def _pooled(step: Step, pooling: str) -> np.ndarray:
     return h
 
 
-@register_signal("pulse")
+@register_signal("pulse", group="pulse")
 class Pulse(SignalBase):
     """PUlSE trajectory over the layer interval ``[a, b]`` (2·(b−a) numbers: magnitudes then angles).
 
@@ -214,7 +214,7 @@ class _CoE(SignalBase):
         return np.array([coe_scores(_pooled(step, self.pooling))[self.which]], dtype=np.float32)
 
 
-@register_signal("coe_r")
+@register_signal("coe_r", group="coe", scalars={"coe_r": 0})
 class CoER(_CoE):
     """CoE-R (training-free, whole stack): mean normalised magnitude − mean normalised angle."""
 
@@ -222,7 +222,7 @@ class CoER(_CoE):
     which = 0
 
 
-@register_signal("coe_c")
+@register_signal("coe_c", group="coe", scalars={"coe_c": 0})
 class CoEC(_CoE):
     """CoE-C (training-free, whole stack): length of the mean (M cos A, M sin A) vector."""
 
@@ -255,7 +255,7 @@ class ReProbeInput(SignalBase):
         return h.reshape(-1)
 
 
-@register_signal("eigenscore")
+@register_signal("eigenscore", group="eigen", scalars={"eigenscore": 0})
 class EigenScore(SignalBase):
     """SeaKR EigenScore of ``k`` sampled continuations (higher = more inconsistent = more likely wrong).
 
@@ -345,7 +345,7 @@ class _Embedding(SignalBase):
         return np.concatenate([np.asarray(h[layer], dtype=np.float32) for layer in self.layers])
 
 
-@register_signal("step_embedding")
+@register_signal("step_embedding", group="content", field="step_embedding", dtype="float16")
 class StepEmbedding(_Embedding):
     """What the step says: the hidden state pooled (mean) over the step's content tokens at ``layers``.
 
@@ -360,7 +360,8 @@ class StepEmbedding(_Embedding):
     attr = "hidden_mean"
 
 
-@register_signal("context_embedding")
+@register_signal("context_embedding", group="content", field="context_embedding", dtype="float16",
+                 episode_field="question_embedding")
 class ContextEmbedding(_Embedding):
     """Where the chain stands: the hidden state at the last context token before the step (question + earlier
     steps + injected evidence), the input that generated the step's first token. At step 1 it is the

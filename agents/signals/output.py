@@ -95,7 +95,7 @@ class MinProb(_Output):
         return float(np.exp(np.min(_tokens(step, "logprobs", self.include_end))))
 
 
-@register_signal("output")
+@register_signal("output", group="output", scalars={"ppl": 0, "maxprob": 1, "entropy": 2, "minprob": 3})
 class OutputGroup(_Output):
     """The four output-level signals as one vector ``[PPL, MaxProb, Entropy, MinProb]`` (env ``output``)."""
 

@@ -250,7 +250,7 @@ class RSUSConfig(ConfigBase):
             raise ConfigError(f"RSUSConfig: unknown agreement '{self.agreement}' (valid: jaccard, exact)")
 
 
-@register_signal("rsus")
+@register_signal("rsus", group="rsus", scalars={"rsus": 0, "u_verb": 1, "u_ent": 2, "u_cons": 3})
 class RSUS(SignalBase):
     """RSUS, its components and their availability, ``[RSUS, U_verb, U_ent, U_cons, has_verb, has_ent, has_cons]``,
     each in [0, 1] (see the module docstring).

@@ -83,9 +83,8 @@ def _hist(values: list[Any]) -> dict[str, int]:
 
 def default_corpus(dataset: str, examples: list[QAExample]) -> Corpus | None:
     """The corpus that comes with the questions themselves (paragraph datasets), else ``None``."""
-    builder = CORPUS_BUILDERS.get(dataset)
-    if builder is not None:
-        return builder(examples, source=dataset)
+    if dataset in CORPUS_BUILDERS:
+        return CORPUS_BUILDERS.make(dataset, examples, source=dataset)
     if examples and all(isinstance(e.metadata.get("paragraphs"), list) for e in examples):
         return paragraph_corpus(examples, source=dataset)
     return None

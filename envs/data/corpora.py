@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable
 
 from envs.data.errors import CorpusError
 from envs.data.types import Corpus, Passage, QAExample, normalize_whitespace
+from envs.registry import Registry
 
 log = logging.getLogger(__name__)
 
@@ -171,9 +172,7 @@ def medmcqa_knowledge_corpus(
 
 #: dataset name -> builder of the corpus that comes with its questions (datasets without one are absent;
 #: MedMCQA's knowledge collection needs the evaluation ids, see :func:`medmcqa_knowledge_corpus`)
-CORPUS_BUILDERS: dict[str, Callable[..., Corpus]] = {
-    "hotpotqa": paragraph_corpus,
-    "musique": paragraph_corpus,
-    "2wikimultihopqa": paragraph_corpus,
-    "pubmedqa": pubmedqa_corpus,
-}
+CORPUS_BUILDERS: Registry[Callable[..., Corpus]] = Registry("corpus builder", dotted_paths=False)
+for _name, _builder in (("hotpotqa", paragraph_corpus), ("musique", paragraph_corpus),
+                        ("2wikimultihopqa", paragraph_corpus), ("pubmedqa", pubmedqa_corpus)):
+    CORPUS_BUILDERS.register(_name, _builder)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from envs.registry import UnknownNameError
+
 
 class DataFormatError(ValueError):
     """A data file does not match the format its loader expects.
@@ -51,7 +53,7 @@ class DataFormatError(ValueError):
         return (type(self), (self.path, self.line, self.field, self.problem, self.record))
 
 
-class UnknownDatasetError(ValueError):
+class UnknownDatasetError(UnknownNameError):
     """A dataset name that no loader is registered under; the message lists the valid names."""
 
 

@@ -51,6 +51,7 @@ from envs.data.types import (
     passage_id,
 )
 from envs.io import atomic_open
+from envs.registry import Registry
 
 log = logging.getLogger(__name__)
 
@@ -668,16 +669,11 @@ def shared_data_dir() -> Path:
 Loader = Callable[..., LoadResult]
 
 #: dataset name -> loader ``fn(path, skip_bad_lines=False, limit=None) -> LoadResult``
-LOADERS: dict[str, Loader] = {
-    "hotpotqa": load_hotpotqa,
-    "musique": load_musique,
-    "2wikimultihopqa": load_2wikimultihopqa,
-    "medmcqa": load_medmcqa,
-    "medqa": load_medqa,
-    "mmlu_pro": load_mmlu_pro,
-    "pubmedqa": load_pubmedqa,
-    "flashrag": load_flashrag,
-}
+LOADERS: Registry[Loader] = Registry("dataset", dotted_paths=False)
+for _name, _loader in (("hotpotqa", load_hotpotqa), ("musique", load_musique),
+                       ("2wikimultihopqa", load_2wikimultihopqa), ("medmcqa", load_medmcqa), ("medqa", load_medqa),
+                       ("mmlu_pro", load_mmlu_pro), ("pubmedqa", load_pubmedqa), ("flashrag", load_flashrag)):
+    LOADERS.register(_name, _loader)
 
 
 def resolve_dataset(name: str) -> str:
@@ -688,7 +684,7 @@ def resolve_dataset(name: str) -> str:
     """
     key = name.strip().lower().replace("-", "_")
     if key not in LOADERS:
-        raise UnknownDatasetError(f"unknown dataset '{name}' (valid: {', '.join(sorted(LOADERS))})")
+        raise UnknownDatasetError("dataset", name, sorted(LOADERS.names()), dotted=False)
     return key
 
 
@@ -710,4 +706,4 @@ def load_dataset(name: str, path: str | Path, skip_bad_lines: bool = False,
         FileNotFoundError: ``path`` does not exist.
         DataFormatError: The file is malformed (file, line/record and field in the message).
     """
-    return LOADERS[resolve_dataset(name)](Path(path), skip_bad_lines=skip_bad_lines, limit=limit)
+    return LOADERS.get(resolve_dataset(name))(Path(path), skip_bad_lines=skip_bad_lines, limit=limit)

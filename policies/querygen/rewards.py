@@ -26,34 +26,23 @@ Example:
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from envs.registry import Registry
+
 #: name -> factory(**kwargs) -> reward callable
-REWARDS: dict[str, Callable[..., Callable[..., list[float]]]] = {}
+REWARDS: Registry[Callable[..., Callable[..., list[float]]]] = Registry("QueryGen reward")
 
 
 def register_reward(name: str):
-    """Decorator: register a reward factory under ``name``."""
-
-    def deco(factory):
-        REWARDS[name] = factory
-        return factory
-
-    return deco
+    """Decorator: register a reward factory under ``name`` (a name registered twice is an error)."""
+    return REWARDS.register(name)
 
 
 def make_reward(name: str, **kwargs: Any) -> Callable[..., list[float]]:
     """The reward callable ``name`` (registered, or ``package.module:factory``) built with ``kwargs``."""
-    if name in REWARDS:
-        factory = REWARDS[name]
-    elif ":" in name:
-        mod, attr = name.split(":", 1)
-        factory = getattr(importlib.import_module(mod), attr)
-    else:
-        raise KeyError(f"unknown QueryGen reward '{name}' (registered: {', '.join(REWARDS)}; or 'module:factory')")
-    fn = factory(**kwargs)
+    fn = REWARDS.make(name, **kwargs)
     if not hasattr(fn, "__name__"):
         fn.__name__ = name.split(":")[-1]
     return fn

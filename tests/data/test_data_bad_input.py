@@ -114,7 +114,7 @@ def test_pubmedqa_bad_decision_names_pmid(tmp_path):
 
 
 def test_unknown_dataset_lists_valid_names():
-    expected = r"unknown dataset 'triviaqa' \(valid: 2wikimultihopqa, .*hotpotqa"
+    expected = r"unknown dataset 'triviaqa' \(registered: 2wikimultihopqa, .*hotpotqa.*pubmedqa\)$"
     with pytest.raises(UnknownDatasetError, match=expected):
         load_dataset("triviaqa", "x.jsonl")
 

@@ -67,7 +67,7 @@ def test_convert_medmcqa_with_disjoint_knowledge(tmp_path):
 def test_user_errors_are_one_clean_line(tmp_path):
     proc = _kairos("data", "stats", "--dataset", "nope", "--path", "x.jsonl")
     assert proc.returncode == 2
-    assert "unknown dataset 'nope' (valid: 2wikimultihopqa" in proc.stderr and "Traceback" not in proc.stderr
+    assert "unknown dataset 'nope' (registered: 2wikimultihopqa" in proc.stderr and "Traceback" not in proc.stderr
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": "1"\n')
     proc = _kairos("data", "stats", "--dataset", "medmcqa", "--path", str(bad))

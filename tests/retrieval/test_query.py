@@ -71,10 +71,10 @@ def test_registry_and_dotted_path():
         assert QueryGenerator(["_test_upper"])("abc", None, "_test_upper") == "ABC"
         assert get_query_mode("agents.query:step_query") is q.step_query
         assert QueryGenerator(["agents.query:question_query"])("s", "Q?", 0) == "Q?"
-        with pytest.raises(KeyError, match="unknown query mode"):
+        with pytest.raises(ValueError, match="unknown query mode 'nope'.*registered: step"):
             get_query_mode("nope")
     finally:
-        QUERY_MODES.pop("_test_upper")
+        QUERY_MODES.unregister("_test_upper")
 
 
 def test_clean_step():

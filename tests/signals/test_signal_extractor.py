@@ -27,7 +27,7 @@ def _step(**kw):
 def test_registry_has_every_design_signal():
     assert {"pulse", "coe_r", "coe_c", "ppl", "maxprob", "entropy", "minprob", "rind", "eigenscore", "reprobe",
             "rsus", "output"} <= set(available_signals())
-    with pytest.raises(ValueError, match="unknown signal 'plse'.*valid"):
+    with pytest.raises(ValueError, match="unknown signal 'plse'.*registered: "):
         make_signal("plse")
     assert isinstance(make_signal("agents.signals.hidden:Pulse", layers=(0, 2)), Pulse)
     with pytest.raises(ValueError, match="cannot import"):
@@ -89,4 +89,4 @@ def test_custom_signal_and_bad_dimension():
         with pytest.raises(ValueError, match="not requested"):
             SignalExtractor(["test_const"], WHITE_BOX, options={"ppl": {}})
     finally:
-        SIGNALS.pop("test_const")
+        SIGNALS.unregister("test_const")

@@ -13,8 +13,8 @@ import torch
 from envs.config import ConfigError
 from policies.rl.export import LearnedTrigger, export_policy, load_policy
 from policies.rl.net import PolicyNet, PolicySpec, floor_logits
-from train.config import ScheduleConfig, TrainConfig
-from train.curriculum import Curriculum, apply_cost_weights, schedule_value
+from train.config import TrainConfig
+from train.curriculum import Curriculum, ScheduleConfig, apply_cost_weights, schedule_value
 from train.reinforce import reinforce_loss
 
 LOGP = torch.tensor([-0.5, -1.0, -0.2])

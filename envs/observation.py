@@ -1,0 +1,56 @@
+"""The observation's fields and scalar signals, derived from what each registered signal declared.
+
+``agents.signals.base.register_signal`` records a signal's ``group`` (the ``EnvConfig.signals`` entry that turns
+it on), ``field`` (the observation field its vector goes into), ``scalars`` (reported in ``info["signals"]``),
+``dtype`` and ``episode_field``. Everything here is computed from those declarations on each call, so a signal
+registered by a user shows up everywhere — adding a signal is one class and one decorator, never an edit here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _signal_infos() -> list[tuple[str, dict[str, Any]]]:
+    from agents.signals.base import SIGNALS
+
+    return [(name, SIGNALS.info(name)) for name in SIGNALS.names()]
+
+
+def config_groups() -> list[str]:
+    """The values ``EnvConfig.signals`` accepts: every group a registered signal declared."""
+    return list(dict.fromkeys(i["group"] for _, i in _signal_infos() if i["group"]))
+
+
+def group_signals() -> dict[str, list[str]]:
+    """Observation field -> the signals whose vectors are concatenated into it (registration order)."""
+    out: dict[str, list[str]] = {}
+    for name, i in _signal_infos():
+        if i["field"]:
+            out.setdefault(i["field"], []).append(name)
+    return out
+
+
+def group_fields() -> dict[str, list[str]]:
+    """``EnvConfig.signals`` group -> the observation fields it turns on (``content``: step and context)."""
+    out: dict[str, list[str]] = {}
+    for _, i in _signal_infos():
+        if i["group"] and i["field"] not in out.setdefault(i["group"], []):
+            out[i["group"]].append(i["field"])
+    return out
+
+
+def episode_fields() -> dict[str, str]:
+    """Observation fields the env fills per *episode* from a field of the episode's first step (the question's
+    embedding is the context embedding of step 1: the state after reading the question)."""
+    return {i["episode_field"]: i["field"] for _, i in _signal_infos() if i["episode_field"]}
+
+
+def half_fields() -> set[str]:
+    """Fields stored in half precision (hidden-state embeddings: large, read only by a learned projection)."""
+    return {i["field"] for _, i in _signal_infos() if i["field"] and i["dtype"] == "float16"}
+
+
+def scalar_signals() -> dict[str, tuple[str, int]]:
+    """Scalar signals exposed in ``info["signals"]`` (for threshold triggers): name -> (signal, index)."""
+    return {k: (name, idx) for name, i in _signal_infos() for k, idx in i["scalars"].items()}
