@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any
-
 from dataclasses import dataclass
+from typing import Any
 
 from envs.config import ConfigBase, ConfigError, helpf
 from envs.registry import Registry, UnknownNameError
