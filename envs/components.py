@@ -13,10 +13,16 @@ from typing import Any
 import numpy as np
 
 from envs.env_config import EnvConfig
+from envs.registry import Registry
 from envs.observation import episode_fields, group_fields, group_signals, half_fields, scalar_signals
 from envs.trajectory_cache import namespace_of
 
 log = logging.getLogger(__name__)
+
+#: loaders of the learned detectors ``EnvConfig.probes`` exposes as scalar signals: ``fn(path, expected_model_id)``
+#: -> callable ``(step, state) -> probability``. Named by string: the probes live in the policies layer above.
+DETECTORS: Registry = Registry("detector")
+DETECTORS.register_path("probe", "policies.probes.probe:Probe.load")
 
 #: SeaKR's EigenScore: sampled continuations per step (k extra generations; micro-world reasoner only)
 EIGEN_SAMPLES = 4
@@ -216,13 +222,12 @@ def qa_components(config: EnvConfig, task: Any = None) -> Components:
     ident = getattr(reasoner, "model_id", config.reasoner)
     probes = {}
     if config.probes:  # e.g. trained on retrieval-benefit labels: `kairos probe train --benefit-labels …`
-        from policies.probes.benefit_dataset import reasoner_model_id
-        from policies.probes.probe import Probe
+        from agents.reasoners.registry import reasoner_model_id
 
         if not reasoner.capabilities.hidden_states:
             raise ValueError(f"EnvConfig.probes: reasoner '{config.reasoner}' exposes no hidden states")
         mid = reasoner_model_id(reasoner, config.reasoner)
-        probes = {name: Probe.load(path, expected_model_id=mid) for name, path in config.probes.items()}
+        probes = {name: DETECTORS.make("probe", path, expected_model_id=mid) for name, path in config.probes.items()}
     return Components(config, task, reasoner, retriever, QueryGenerator(list(config.query_modes)), extractor,
                       _namespace(config.reasoner, [ident, corpus.fingerprint()], config), feature_dims, probes)
 
@@ -275,9 +280,8 @@ def microworld_components(config: EnvConfig) -> Components:
     ns = _namespace("micro", [world.train_info, str(world.path)], config)
     probes = {}
     if config.probes:
-        from policies.probes.dataset import world_model_id
-        from policies.probes.probe import Probe
+        from envs.microworld.artifact import world_model_id
 
         mid = world_model_id(world)
-        probes = {name: Probe.load(path, expected_model_id=mid) for name, path in config.probes.items()}
+        probes = {name: DETECTORS.make("probe", path, expected_model_id=mid) for name, path in config.probes.items()}
     return Components(config, task, reasoner, retriever, querygen, extractor, ns, feature_dims, probes)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
-from envs.config import ConfigBase, ConfigError, helpf
+from envs.config import ConfigBase, ConfigError, helpf, read_yaml_mapping
 from envs.observation import config_groups
 from envs.tasks import TASKS
 
@@ -108,3 +110,12 @@ class EnvConfig(ConfigBase):
                               f"{self.content_layers}")
         if self.pulse_layers is not None and (len(self.pulse_layers) != 2 or self.pulse_layers[0] >= self.pulse_layers[1]):
             raise ConfigError(f"EnvConfig: pulse_layers must be [a, b] with a < b, got {self.pulse_layers}")
+
+
+def env_config_from_file(path: str | Path, split: str | None = None) -> dict[str, Any]:
+    """The env settings of a bench or env YAML (its ``env`` section, or the whole file), with ``split`` set."""
+    data = read_yaml_mapping(path)
+    env_cfg = dict(data.get("env", data))
+    if split:
+        env_cfg["split"] = split
+    return env_cfg

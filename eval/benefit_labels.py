@@ -140,20 +140,9 @@ def summarize(path: str | Path, n_boot: int = 1000) -> dict[str, Any]:
     return out
 
 
-def env_config_from_file(path: str | Path, split: str | None = None) -> dict[str, Any]:
-    """The env settings of a bench or env YAML (its ``env`` section, or the whole file), with ``split`` set."""
-    import yaml
-
-    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a YAML mapping")
-    env_cfg = dict(data.get("env", data))
-    if split:
-        env_cfg["split"] = split
-    return env_cfg
-
-
 def main(argv: list[str] | None = None) -> int:
+    from envs.env_config import env_config_from_file
+
     p = argparse.ArgumentParser(prog="python -m eval.benefit_labels", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True, help="a bench or env YAML; its 'env' section (or the whole file) is "

@@ -1,33 +1,26 @@
 """The ``kairos`` command line: one entry point, subcommands registered by the packages that own them.
 
-Each entry of :data:`COMMANDS` is ``"module:function"``; the function receives the subparsers object and
-adds its own parser (setting ``func``). Modules are imported only when the CLI starts, and they keep heavy
+Each entry of the :data:`COMMANDS` registry is a ``register(subparsers)`` named by dotted path; it adds its own
+parser (setting ``func``). Modules are imported only when the CLI starts, and they keep heavy
 imports (torch, ray, transformers) inside the command functions, so ``kairos --help`` stays fast.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import sys
 
-#: subcommand name -> "module:register_function"
-COMMANDS: dict[str, str] = {
-    "data": "envs.data.cli:register",
-    "microworld": "envs.microworld.cli:register",
-    "quickstart": "eval.quickstart:register",
-    "probe": "policies.probes.cli:register",
-    "index": "agents.retrievers.cli:register_index",
-    "retriever": "agents.retrievers.cli:register_retriever",
-    "bench": "eval.bench_cli:register",
-    "train": "train.cli:register",
-}
+from envs.registry import Registry, RegistryImportError
 
-
-def _load(spec: str):
-    mod, fn = spec.split(":")
-    return getattr(importlib.import_module(mod), fn)
+#: subcommand name -> its ``register(subparsers)``, imported when the CLI starts
+COMMANDS: Registry = Registry("command")
+for _name, _path in (("data", "envs.data.cli:register"), ("microworld", "eval.microworld_cli:register"),
+                     ("quickstart", "eval.quickstart:register"), ("probe", "policies.probes.cli:register"),
+                     ("index", "agents.retrievers.cli:register_index"),
+                     ("retriever", "agents.retrievers.cli:register_retriever"), ("bench", "eval.bench_cli:register"),
+                     ("train", "train.cli:register")):
+    COMMANDS.register_path(_name, _path)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,10 +28,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kairos", description="Kairos: learning when to retrieve.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, spec in COMMANDS.items():
+    for name in COMMANDS.names():
         try:
-            register = _load(spec)
-        except ModuleNotFoundError as e:  # a command whose package is not built yet is shown as missing
+            register = COMMANDS.get(name)
+        except RegistryImportError as e:  # a command whose package is not built yet is shown as missing
             sub.add_parser(name, help=f"(unavailable: {e})")
             continue
         register(sub)

@@ -46,7 +46,7 @@ def test_flagged_steps_roundtrip_and_bad_line(tmp_path):
 
 
 def test_word_tokenizer_wrapper_keeps_ids():
-    from agents.reasoners.tokenizer import WordTokenizer
+    from envs.microworld.tokenizer import WordTokenizer
 
     wt = WordTokenizer(["Mira", "'s", "mother", "is", "Question", ":", "Evidence"])
     hf = word_tokenizer_to_hf(wt)

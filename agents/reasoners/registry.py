@@ -52,6 +52,12 @@ def make_reasoner(name: str, **options: Any) -> Any:
     return resolve_reasoner(name)(**options)
 
 
+def reasoner_model_id(reasoner, backend: str) -> str:
+    """The model id probes trained on a real-data reasoner are saved with: ``<backend>:<model>`` (e.g.
+    ``hf:smollm2-135m-instruct``, or the local model path)."""
+    return f"{backend}:{getattr(getattr(reasoner, 'cfg', None), 'model', backend)}"
+
+
 def _config(cls, config: Any, options: dict[str, Any]):
     """A backend config from a config object / dict / None, with keyword overrides (validated)."""
     if config is None:

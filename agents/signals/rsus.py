@@ -107,6 +107,17 @@ def surface_features(text: str) -> np.ndarray:
                      float(has_discourse_marker(body)), sum(w.isdigit() for w in words)], dtype=np.float32)
 
 
+def proxy_features(texts: Sequence[str], embeddings: np.ndarray | None = None) -> np.ndarray:
+    """``[N, 5 (+ e)]``: :data:`~agents.signals.rsus.SURFACE_FEATURES` of each text (+ its embedding)."""
+    X = np.stack([surface_features(t) for t in texts]) if len(texts) else np.zeros((0, len(SURFACE_FEATURES)))
+    if embeddings is not None:
+        E = np.asarray(embeddings, dtype=np.float32)
+        if E.shape[0] != X.shape[0]:
+            raise ValueError(f"{X.shape[0]} texts but {E.shape[0]} embeddings")
+        X = np.concatenate([X, E.reshape(E.shape[0], -1)], axis=1)
+    return X.astype(np.float32)
+
+
 # ---------------------------------------------------------------------------------------------- U_verb
 def parse_confidence(text: str) -> float | None:
     """The first number in ``text`` if it lies in [0, 100] (``"about 85%"`` -> 85.0), else ``None``."""

@@ -13,6 +13,7 @@ Layout of an artifact directory (format version :data:`FORMAT_VERSION`)::
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -104,7 +105,7 @@ def load_artifact(path: str | Path | None = None, verify: bool = True, threads: 
     from safetensors.torch import load_file
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from agents.reasoners.tokenizer import WordTokenizer
+    from envs.microworld.tokenizer import WordTokenizer
 
     path = Path(path) if path is not None else default_artifact_path()
     man_path = path / "manifest.json"
@@ -157,3 +158,20 @@ def load_artifact(path: str | Path | None = None, verify: bool = True, threads: 
 def _parse_qid(qid: str) -> Question:
     head, path = qid.split("/", 1)
     return Question(head, tuple(path.split(".")))
+
+
+def artifact_fingerprint(path: str | Path) -> str:
+    """16 hex digits identifying an artifact's model and world: the hash of its manifest's file digests,
+    without ``metrics.json`` (measuring an artifact after the build must not orphan its probes and caches)."""
+    man = Path(path) / "manifest.json"
+    if not man.is_file():
+        raise FileNotFoundError(f"no micro-world artifact at {path} (missing manifest.json)")
+    files = {k: v for k, v in json.loads(man.read_text()).get("files", {}).items() if k != "metrics.json"}
+    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def world_model_id(world) -> str:
+    """``microworld:<name>@<fingerprint>`` — the model id probes are saved with."""
+    if world.path is None:
+        raise ValueError("the micro-world has no path (save it first); its fingerprint is undefined")
+    return f"microworld:{world.config.name}@{artifact_fingerprint(world.path)}"

@@ -69,7 +69,7 @@ def train_world(cfg: BuildConfig, out_dir: str | Path, resume: bool = False, max
         progress: show a rich progress bar.
     """
     from agents.reasoners.microlm import build_model, n_params
-    from agents.reasoners.tokenizer import WordTokenizer
+    from envs.microworld.tokenizer import WordTokenizer
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -24,9 +24,9 @@ _LAZY = {
     "Probe": "policies.probes.probe", "FeatureSpec": "policies.probes.probe", "FitConfig": "policies.probes.probe",
     "ProbeMismatchError": "policies.probes.probe", "fit_probe": "policies.probes.probe",
     "default_arch": "policies.probes.probe", "MLP": "policies.probes.nets", "ReProbeNet": "policies.probes.nets",
-    "proxy_features": "policies.probes.rsus_proxy", "train_rsus_proxy": "policies.probes.rsus_proxy",
+    "proxy_features": "agents.signals.rsus", "train_rsus_proxy": "policies.probes.rsus_proxy",
     "StepDataset": "policies.probes.dataset", "build_step_dataset": "policies.probes.dataset",
-    "artifact_fingerprint": "policies.probes.dataset", "world_model_id": "policies.probes.dataset",
+    "artifact_fingerprint": "envs.microworld.artifact", "world_model_id": "envs.microworld.artifact",
     "ProbeTrainConfig": "policies.probes.pipeline", "train_probe": "policies.probes.pipeline",
 }
 

@@ -15,7 +15,7 @@ hurts, ``subjects`` holds the question id (no entity is parsed on real data).
 Example::
 
     from envs.env_config import EnvConfig
-    from eval.benefit_labels import env_config_from_file
+    from envs.env_config import env_config_from_file
 
     cfg = EnvConfig.from_dict(env_config_from_file("configs/bench_hotpotqa_bm25.yaml", split="dev[0:500:2]"))
     ds = benefit_step_dataset("runs/labels/hotpotqa_benefit.jsonl", cfg)
@@ -32,15 +32,10 @@ from typing import Any
 
 import numpy as np
 
+from agents.reasoners.registry import reasoner_model_id
 from policies.probes.dataset import _ARRAYS, DATASET_VERSION, StepDataset, default_cache_dir
 
 log = logging.getLogger(__name__)
-
-
-def reasoner_model_id(reasoner, backend: str) -> str:
-    """The model id probes trained on a real-data reasoner are saved with: ``<backend>:<model>`` (e.g.
-    ``hf:smollm2-135m-instruct``, or the local model path)."""
-    return f"{backend}:{getattr(getattr(reasoner, 'cfg', None), 'model', backend)}"
 
 
 def _label_name(benefit: float, min_benefit: float) -> str:

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from envs.io import atomic_open
+from envs.microworld.artifact import artifact_fingerprint, world_model_id
 
 log = logging.getLogger(__name__)
 
@@ -37,23 +38,6 @@ DATASET_VERSION = 1
 OUTPUT_COLUMNS = ("ppl", "maxprob", "entropy", "minprob")
 _ARRAYS = ("hidden_mean", "hidden_last", "output", "labels", "label_names", "error_kinds", "question_ids",
            "subjects", "relations", "step_index", "hops", "question_correct", "contents")
-
-
-def artifact_fingerprint(path: str | Path) -> str:
-    """16 hex digits identifying an artifact's model and world: the hash of its manifest's file digests,
-    without ``metrics.json`` (measuring an artifact after the build must not orphan its probes and caches)."""
-    man = Path(path) / "manifest.json"
-    if not man.is_file():
-        raise FileNotFoundError(f"no micro-world artifact at {path} (missing manifest.json)")
-    files = {k: v for k, v in json.loads(man.read_text()).get("files", {}).items() if k != "metrics.json"}
-    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def world_model_id(world) -> str:
-    """``microworld:<name>@<fingerprint>`` — the model id probes are saved with."""
-    if world.path is None:
-        raise ValueError("the micro-world has no path (save it first); its fingerprint is undefined")
-    return f"microworld:{world.config.name}@{artifact_fingerprint(world.path)}"
 
 
 def default_cache_dir() -> Path:

@@ -104,7 +104,7 @@ class FeatureSpec:
             if self.signal == "pulse":
                 return pulse_features(h, self.layers, self.parts)
             return h.reshape(h.shape[0], -1).astype(np.float32)
-        from policies.probes.rsus_proxy import proxy_features
+        from agents.signals.rsus import proxy_features
 
         return proxy_features(texts or [], embeddings if "embedding" in self.extra else None)
 

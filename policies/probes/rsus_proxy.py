@@ -18,19 +18,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from agents.signals.rsus import SURFACE_FEATURES, surface_features
+from agents.signals.rsus import proxy_features
 from policies.probes.probe import FeatureSpec, FitConfig, Probe, fit_probe
-
-
-def proxy_features(texts: Sequence[str], embeddings: np.ndarray | None = None) -> np.ndarray:
-    """``[N, 5 (+ e)]``: :data:`~agents.signals.rsus.SURFACE_FEATURES` of each text (+ its embedding)."""
-    X = np.stack([surface_features(t) for t in texts]) if len(texts) else np.zeros((0, len(SURFACE_FEATURES)))
-    if embeddings is not None:
-        E = np.asarray(embeddings, dtype=np.float32)
-        if E.shape[0] != X.shape[0]:
-            raise ValueError(f"{X.shape[0]} texts but {E.shape[0]} embeddings")
-        X = np.concatenate([X, E.reshape(E.shape[0], -1)], axis=1)
-    return X.astype(np.float32)
 
 
 def train_rsus_proxy(texts: Sequence[str], labels: np.ndarray, train_idx: np.ndarray, val_idx: np.ndarray, *,

@@ -82,7 +82,7 @@ def word_tokenizer_to_hf(tok):
     from tokenizers import AddedToken, Tokenizer, models, normalizers, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    from agents.reasoners.tokenizer import EOS, PAD, UNK
+    from envs.microworld.tokenizer import EOS, PAD, UNK
 
     core = Tokenizer(models.WordLevel(vocab=dict(tok.index), unk_token=UNK))
     core.normalizer = normalizers.Replace("\n", " \n ")

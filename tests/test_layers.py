@@ -1,0 +1,164 @@
+"""The layer order of the packages, enforced (DESIGN §2; README "Architecture").
+
+    foundation  envs.registry, envs.config, envs.io, envs.data, envs.microworld world files (config, kb, corpus,
+        ↑       questions, labels, tokenizer, artifact)
+    agents      reasoners, signals, retrievers, query formulation, segmentation, compression
+        ↑
+    envs        the env, its config, observation tables, tasks, costs, trajectory cache, micro-world build
+        ↑
+    policies    triggers, RLModules, probes, QueryGen
+        ↑
+    train       REINFORCE, curricula, warm start, the `python -m train` entry
+        ↑
+    eval        benchmarks, statistics, reports, the `kairos` CLI
+
+A module may import its own layer and the ones below it, never one above; no import cycle between modules. Every
+import statement counts, lazy ones inside functions included. A lower layer names a plug-in of a higher one only by
+a registry string (``Registry.register_path("name", "package.module:Attr")``, as Gymnasium's ``entry_point``).
+
+``python tests/test_layers.py`` prints the counts (upward edges, cycles, edges per package pair).
+"""
+
+from __future__ import annotations
+
+import ast
+import collections
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("envs", "agents", "policies", "train", "eval")
+LAYERS = ("foundation", "agents", "envs", "policies", "train", "eval")
+#: modules of the envs package that form the foundation layer (prefix match on the dotted name)
+FOUNDATION = ("envs.registry", "envs.config", "envs.io", "envs.data.types", "envs.data.errors", "envs.data.loaders",
+              "envs.data.corpora", "envs.data", "envs.microworld.config", "envs.microworld.kb",
+              "envs.microworld.corpus", "envs.microworld.questions", "envs.microworld.labels",
+              "envs.microworld.tokenizer", "envs.microworld.artifact")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))}
+
+
+def layer_of(mod: str) -> str:
+    if mod in FOUNDATION:
+        return "foundation"
+    return mod.split(".")[0]
+
+
+def import_edges(mods: dict[str, Path]) -> list[tuple[str, str, int]]:
+    """(importer, imported module, line) for every import of a Kairos module, lazy ones included."""
+    edges = []
+    for mod, path in mods.items():
+        is_pkg = path.name == "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = mod.split(".") if is_pkg else mod.split(".")[:-1]
+                    base = base[: len(base) - node.level + 1]
+                    src = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    src = node.module or ""
+                # `from pkg import sub` imports the submodule when there is one
+                targets = [f"{src}.{a.name}" if f"{src}.{a.name}" in mods else src for a in node.names]
+            for t in targets:
+                while t and t not in mods:  # `import a.b.c` where only a.b is ours, etc.
+                    t = t.rpartition(".")[0]
+                if t and t.split(".")[0] in PACKAGES and t != mod:
+                    edges.append((mod, t, node.lineno))
+    return sorted(set(edges))
+
+
+def upward_edges(edges) -> list[tuple[str, str, int]]:
+    return [(a, b, ln) for a, b, ln in edges if LAYERS.index(layer_of(b)) > LAYERS.index(layer_of(a))]
+
+
+def cycles(edges) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    graph = collections.defaultdict(set)
+    for a, b, _ in edges:
+        graph[a].add(b)
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    sys.setrecursionlimit(10_000)
+    for v in list(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_every_module_has_a_layer():
+    assert all(layer_of(m) in LAYERS for m in modules())
+    missing = [f for f in FOUNDATION if f not in modules()]
+    assert not missing, f"FOUNDATION names modules that do not exist: {missing}"
+
+
+def test_no_upward_import():
+    up = upward_edges(import_edges(modules()))
+    assert not up, "imports against the layer order (importer:line -> imported):\n" + "\n".join(
+        f"  {a}:{ln} ({layer_of(a)}) -> {b} ({layer_of(b)})" for a, b, ln in up)
+
+
+def test_no_import_cycle():
+    found = cycles(import_edges(modules()))
+    assert not found, "import cycles:\n" + "\n".join("  " + " <-> ".join(c) for c in found)
+
+
+def test_the_scanner_sees_lazy_and_relative_imports(tmp_path):
+    # the scanner itself must not pass vacuously: a lazy upward import inside a function is found
+    src = ("def f():\n    from eval.stats import bootstrap\n    return bootstrap\n")
+    path = ROOT / "envs" / "_layer_probe.py"
+    try:
+        path.write_text(src)
+        up = upward_edges(import_edges(modules()))
+        assert ("envs._layer_probe", "eval.stats", 2) in up
+    finally:
+        path.unlink()
+
+
+if __name__ == "__main__":
+    e = import_edges(modules())
+    pairs = collections.Counter((layer_of(a), layer_of(b)) for a, b, _ in e if layer_of(a) != layer_of(b))
+    print(f"{len(modules())} modules, {len(e)} import edges")
+    for (a, b), n in sorted(pairs.items(), key=lambda kv: (LAYERS.index(kv[0][0]), LAYERS.index(kv[0][1]))):
+        arrow = "UP" if LAYERS.index(b) > LAYERS.index(a) else ""
+        print(f"  {a:10s} -> {b:10s} {n:4d} {arrow}")
+    up = upward_edges(e)
+    print(f"upward edges: {len(up)}")
+    for a, b, ln in up:
+        print(f"  {a}:{ln} -> {b}")
+    cyc = cycles(e)
+    print(f"cycles: {len(cyc)}")
+    for c in cyc:
+        print("  " + " <-> ".join(c))
