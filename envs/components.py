@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from envs.env_config import EnvConfig
-from envs.registry import Registry
 from envs.observation import episode_fields, group_fields, group_signals, half_fields, scalar_signals
+from envs.registry import Registry
 from envs.trajectory_cache import namespace_of
 
 log = logging.getLogger(__name__)

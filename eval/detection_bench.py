@@ -687,8 +687,7 @@ def run_bench(cfg: DetectionBenchConfig) -> dict[str, Any]:
 
 def benefit_dataset(cfg: DetectionBenchConfig, progress):
     """Split (c)'s labelled steps with hidden states (:mod:`policies.probes.benefit_dataset`, cached)."""
-    from envs.env_config import EnvConfig
-    from envs.env_config import env_config_from_file
+    from envs.env_config import EnvConfig, env_config_from_file
     from policies.probes.benefit_dataset import benefit_step_dataset
 
     labels = Path(cfg.benefit_labels)
@@ -706,8 +705,7 @@ def benefit_dataset(cfg: DetectionBenchConfig, progress):
 def _run_micro(cfg: DetectionBenchConfig, splits: list[str], result: dict[str, Any], timings: dict[str, float],
                progress) -> None:
     """Splits (a), (a') and (b): the micro-world artifact's step datasets, probes and calibration."""
-    from envs.microworld.artifact import load_artifact
-    from envs.microworld.artifact import world_model_id
+    from envs.microworld.artifact import load_artifact, world_model_id
 
     world = load_artifact(cfg.artifact or None, threads=cfg.threads)
     model_id = world_model_id(world)

@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from eval.detection_bench import DETECTORS, METRICS, DetectionBenchConfig, bootstrap_indices, run_bench
 from envs.microworld.artifact import artifact_fingerprint
+from eval.detection_bench import DETECTORS, METRICS, DetectionBenchConfig, bootstrap_indices, run_bench
 from policies.probes.dataset import StepDataset, dataset_cache_path, select_questions
 
 KINDS = ("mislearned", "conflicting", "unseen", "evidence_only")

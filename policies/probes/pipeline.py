@@ -152,8 +152,7 @@ def train_probe(cfg: ProbeTrainConfig) -> tuple[Any, dict[str, Any]]:
     import torch
 
     from envs.io import write_json
-    from envs.microworld.artifact import load_artifact
-    from envs.microworld.artifact import world_model_id
+    from envs.microworld.artifact import load_artifact, world_model_id
     from policies.probes.dataset import build_step_dataset
     from policies.probes.probe import default_arch, fit_probe
     from policies.probes.splits import entity_disjoint_split, group_split
@@ -162,8 +161,7 @@ def train_probe(cfg: ProbeTrainConfig) -> tuple[Any, dict[str, Any]]:
     cache = cfg.cache_dir or None
     world = None
     if cfg.benefit_labels:  # real data: the labels' reasoner, its closed-book steps and their benefit labels
-        from envs.env_config import EnvConfig
-        from envs.env_config import env_config_from_file
+        from envs.env_config import EnvConfig, env_config_from_file
         from policies.probes.benefit_dataset import benefit_step_dataset
 
         env_cfg = EnvConfig.from_dict(env_config_from_file(cfg.benefit_config, cfg.benefit_split))
