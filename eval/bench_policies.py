@@ -154,7 +154,12 @@ class BenchConfig(ConfigBase):
         for m in self.methods:
             if m.kind == "random" and m.match is not None and m.match not in names:
                 raise ConfigError(f"BenchConfig: method '{m.name}' matches unknown method '{m.match}'")
-        modes = list(self.env.get("query_modes") or EnvConfig().query_modes)
+        # the env settings are typed: a typo or bad value fails here, on load, naming the key
+        env = EnvConfig.from_dict(self.env, where="BenchConfig.env")
+        for m in self.methods:
+            if m.env:
+                EnvConfig.from_dict({**self.env, **m.env}, where=f"BenchConfig.methods['{m.name}'].env")
+        modes = list(env.query_modes)
         for m in self.methods:
             for q in ([m.query_mode] if m.query_mode else []) + [q for q in m.query_modes if q != "all"]:
                 if q not in modes:

@@ -63,7 +63,7 @@ class ModelConfig(ConfigBase):
 
 
 @dataclass
-class TrainConfig(ConfigBase):
+class LMTrainConfig(ConfigBase):
     """Training of the micro-world LM on CPU."""
 
     seed: int = helpf(0, "seed of data sampling and initialisation")
@@ -93,4 +93,4 @@ class BuildConfig(ConfigBase):
     name: str = helpf("default", "artifact name")
     world: WorldConfig = field(default_factory=WorldConfig, metadata={"help": "knowledge base"})
     model: ModelConfig = field(default_factory=ModelConfig, metadata={"help": "LM architecture"})
-    train: TrainConfig = field(default_factory=TrainConfig, metadata={"help": "LM training"})
+    train: LMTrainConfig = field(default_factory=LMTrainConfig, metadata={"help": "LM training"})

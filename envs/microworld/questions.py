@@ -20,7 +20,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from envs.microworld.config import PERSON_RELATIONS, TrainConfig
+from envs.microworld.config import PERSON_RELATIONS, LMTrainConfig
 from envs.microworld.kb import RELATION_TYPES, Fact, KnowledgeBase, render_fact
 
 EOS = "<eos>"
@@ -145,7 +145,7 @@ class Document:
 class DocumentSampler:
     """Samples training documents (single facts, closed-book chains, evidence chains) from a world."""
 
-    def __init__(self, kb: KnowledgeBase, train_questions: list[Question], cfg: TrainConfig, seed: int):
+    def __init__(self, kb: KnowledgeBase, train_questions: list[Question], cfg: LMTrainConfig, seed: int):
         self.kb, self.cfg = kb, cfg
         self.rng = random.Random(seed)
         self.by_hops: dict[int, list[Question]] = {}

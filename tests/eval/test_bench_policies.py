@@ -95,6 +95,10 @@ def test_bench_config_errors(tmp_path):
                                     {"name": "R", "kind": "random", "match": "Nope"}])
     with pytest.raises(ConfigError, match="bogus"):
         _cfg(tmp_path, METHODS, bogus=1)
+    with pytest.raises(ConfigError, match="BenchConfig.env: unknown config key 'top_kk'"):
+        _cfg(tmp_path, METHODS, env={"task": "microworld", "top_kk": 2})
+    with pytest.raises(ConfigError, match=r"BenchConfig.methods\['F'\].env: unknown config key 'injektion'"):
+        _cfg(tmp_path, [*METHODS, {"name": "F", "kind": "always", "env": {"injektion": "front"}}])
     with pytest.raises(ConfigError, match="'test' must look like"):
         parse_slice("10-20", "test")
     assert list(parse_slice("0:250:50", "dev")) == [0, 50, 100, 150, 200]

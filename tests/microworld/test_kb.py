@@ -1,7 +1,7 @@
 import pytest
 
 from envs.config import ConfigError
-from envs.microworld.config import TrainConfig, WorldConfig
+from envs.microworld.config import LMTrainConfig, WorldConfig
 from envs.microworld.kb import KnowledgeBase, parse_sentence, render_fact
 from envs.microworld.questions import (
     DocumentSampler,
@@ -63,7 +63,7 @@ def test_questions_have_gold_chains_and_disjoint_splits():
 
 def test_training_documents_never_contain_held_out_facts():
     kb = KnowledgeBase.generate(WorldConfig())
-    sampler = DocumentSampler(kb, split_questions(kb, 0)["train"], TrainConfig(), seed=0)
+    sampler = DocumentSampler(kb, split_questions(kb, 0)["train"], LMTrainConfig(), seed=0)
     held = {f.sentence for f in kb.by_split("held_out")}
     mislearned_true = {f.sentence for f in kb.by_split("mislearned")}
     for kind in ["fact"] * 200 + ["closed"] * 200 + ["evidence"] * 200:
