@@ -198,7 +198,6 @@ def _namespace(kind: str, identity, config: EnvConfig) -> str:
 def qa_components(config: EnvConfig, task: Any = None) -> Components:
     from agents.query import QueryGenerator
     from agents.reasoners.registry import make_reasoner
-    from agents.retrievers.bm25 import BM25Retriever
     from envs.qa_task import QATask
 
     task = task if task is not None else QATask(config.task, config.split, config.data_path)
@@ -212,7 +211,7 @@ def qa_components(config: EnvConfig, task: Any = None) -> Components:
     reasoner = make_reasoner(config.reasoner, max_step_tokens=config.max_step_tokens, **extra)
     if not hasattr(reasoner, "snapshot"):
         raise ValueError(f"reasoner '{config.reasoner}' cannot snapshot its state (needed by the trajectory cache)")
-    retriever = _qa_retriever(config, corpus, BM25Retriever)
+    retriever = task_retriever(config, corpus)
     mc = getattr(getattr(reasoner, "model", None), "config", None)
     n_layers = getattr(mc, "num_hidden_layers", 0) or 0
     hidden = getattr(mc, "hidden_size", 0) or 0
@@ -232,9 +231,10 @@ def qa_components(config: EnvConfig, task: Any = None) -> Components:
                       _namespace(config.reasoner, [ident, corpus.fingerprint()], config), feature_dims, probes)
 
 
-def _qa_retriever(config: EnvConfig, corpus, bm25_cls):  # shared by the real-data and micro-world tasks
-    """BM25 built in memory, or any prebuilt index (``index_path``: BM25 or ColBERT/PLAID), checked against
-    this task's corpus (count, fingerprint, files, known-answer probe) before use."""
+def task_retriever(config: EnvConfig, corpus):  # shared by the real-data and micro-world tasks
+    """The registered retriever built in memory over this task's corpus (``RETRIEVERS.get(kind).build(corpus)``), or
+    any prebuilt index (``index_path``: BM25 or ColBERT/PLAID), checked against this task's corpus (count,
+    fingerprint, files, known-answer probe) before use."""
     from agents.retrievers.index import RETRIEVERS
 
     RETRIEVERS.check(config.retriever, "EnvConfig.retriever")
@@ -242,7 +242,7 @@ def _qa_retriever(config: EnvConfig, corpus, bm25_cls):  # shared by the real-da
         if config.retriever == "colbert":
             raise ValueError("EnvConfig: retriever 'colbert' needs index_path (a PLAID index of this task's corpus; "
                              "build one with `kairos index build --retriever colbert …`)")
-        return bm25_cls.build(corpus)
+        return RETRIEVERS.get(config.retriever).build(corpus)
     from agents.retrievers.index import load_index, read_manifest
 
     kind = read_manifest(config.index_path)["kind"]
@@ -255,7 +255,6 @@ def _qa_retriever(config: EnvConfig, corpus, bm25_cls):  # shared by the real-da
 def microworld_components(config: EnvConfig) -> Components:
     from agents.query import QueryGenerator
     from agents.reasoners.micro import MicroReasoner
-    from agents.retrievers.bm25 import BM25Retriever
     from envs.microworld.artifact import load_artifact
     from envs.microworld.task import MicroWorldTask
 
@@ -268,7 +267,7 @@ def microworld_components(config: EnvConfig) -> Components:
     if "rind" in config.signals:
         raise ValueError("EnvConfig.signals 'rind' (DRAGIN) needs attentions, which the micro-world reasoner does "
                          "not expose")
-    retriever = _qa_retriever(config, corpus, BM25Retriever)
+    retriever = task_retriever(config, corpus)
     querygen = QueryGenerator(list(config.query_modes))
     n_layers = world.model.config.num_hidden_layers
     if not config.pulse_layers:

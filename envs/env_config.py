@@ -25,7 +25,7 @@ class EnvConfig(ConfigBase):
                                    "out a seeded share of the facts; 'train' keeps the questions whose gold chain "
                                    "avoids them, 'test' those that need one ({}: off)")
     data_path: str | None = helpf(None, "dataset file for real-data tasks (default: the shared data)")
-    retriever: str = helpf("bm25", "retriever: bm25 | colbert")
+    retriever: str = helpf("bm25", "a registered retriever (agents.retrievers.index.RETRIEVERS): bm25 | colbert")
     index_path: str | None = helpf(None, "prebuilt index directory (default: build BM25 in memory)")
     top_k: int = helpf(3, "passages retrieved per query; the first one not used before is injected")
     injection: str = helpf("step", "where evidence goes: step (right before the regenerated step) | front")
@@ -70,7 +70,16 @@ class EnvConfig(ConfigBase):
             raise ConfigError("EnvConfig: max_retrievals_per_step must be >= 1")
         if not self.query_modes:
             raise ConfigError("EnvConfig: query_modes must name at least one query formulation")
+        from agents.query import MODE_FACTORIES, QUERY_MODES
+        from agents.reasoners.registry import REASONERS
+        from agents.retrievers.index import RETRIEVERS
+
         TASKS.check(self.task, "EnvConfig.task", ConfigError)
+        REASONERS.check(self.reasoner, "EnvConfig.reasoner", ConfigError)
+        RETRIEVERS.check(self.retriever, "EnvConfig.retriever", ConfigError)
+        for mode in self.query_modes:
+            if mode.partition(":")[0] not in MODE_FACTORIES:
+                QUERY_MODES.check(mode, "EnvConfig.query_modes", ConfigError)
         groups = config_groups()
         bad = [s for s in self.signals if s not in groups]
         if bad:

@@ -49,10 +49,10 @@ from envs.env_config import EnvConfig
 
 log = logging.getLogger(__name__)
 
-KINDS = ("never", "always", "single", "threshold", "random", "oracle", "cache_oracle", "learned")
+KINDS = ("never", "always", "single", "threshold", "random", "oracle", "cache_oracle", "learned", "trigger")
 #: the report's grouping of method kinds
 REPORT_KIND = {"never": "baseline", "always": "baseline", "single": "baseline", "threshold": "fixed",
-               "random": "random", "oracle": "oracle", "cache_oracle": "oracle", "learned": "learned"}
+               "random": "random", "oracle": "oracle", "cache_oracle": "oracle", "learned": "learned", "trigger": "fixed"}
 QUANTILES = (0.01, 0.02, 0.05, 0.08, 0.12, 0.16, 0.2, 0.3, 0.4, 0.5, 0.7)
 
 
@@ -62,8 +62,12 @@ class MethodSpec(ConfigBase):
 
     name: str = helpf("", "display name (unique)")
     kind: str = helpf("threshold", "never | always | single | threshold | random | oracle | cache_oracle | "
-                                   "learned (cache_oracle: per question the best action sequence at the bench λ, "
-                                   "found by enumerating the decision tree; an upper bound for any timing policy)")
+                                   "learned | trigger (cache_oracle: per question the best action sequence at the "
+                                   "bench λ, found by enumerating the decision tree; an upper bound for any timing "
+                                   "policy; trigger: any registered trigger, see 'trigger')")
+    trigger: str | None = helpf(None, "trigger: a name registered in policies.triggers.TRIGGERS (e.g. your own) or "
+                                      "a dotted path 'package.module:Class', built with 'options'")
+    options: dict = helpf({}, "trigger: keyword arguments of the trigger's constructor")
     signal: str | None = helpf(None, "threshold: the step signal (info['signals'] name, e.g. minprob, rsus)")
     direction: str = helpf("below", "threshold: retrieve when the signal is 'below' or 'above' the threshold")
     thresholds: list[float] | None = helpf(None, "threshold: the dev sweep grid (null: quantiles of the "
@@ -100,6 +104,15 @@ class MethodSpec(ConfigBase):
             raise ConfigError("MethodSpec: every method needs a name")
         if self.kind not in KINDS:
             raise ConfigError(f"MethodSpec '{self.name}': kind must be one of {KINDS}, got '{self.kind}'")
+        if self.kind == "trigger":
+            from policies.triggers import TRIGGERS
+
+            if not self.trigger:
+                raise ConfigError(f"MethodSpec '{self.name}': kind 'trigger' needs 'trigger' (a registered name: "
+                                  f"{', '.join(TRIGGERS.names())}; or 'package.module:Class')")
+            TRIGGERS.check(self.trigger, f"MethodSpec '{self.name}'.trigger", ConfigError)
+        elif self.trigger or self.options:
+            raise ConfigError(f"MethodSpec '{self.name}': 'trigger' and 'options' are for kind 'trigger'")
         if self.kind == "threshold" and not self.signal:
             raise ConfigError(f"MethodSpec '{self.name}': a threshold method needs 'signal'")
         if self.direction not in ("below", "above"):
@@ -197,6 +210,8 @@ def make_trigger(m: MethodSpec, threshold: float | None = None, p: float | None 
         t = TRIGGERS.make("threshold", m.signal, float(threshold), m.direction, name=m.name)
     elif m.kind == "random":
         t = TRIGGERS.make("random", float(p), seed=seed, name=m.name)
+    elif m.kind == "trigger":
+        t = TRIGGERS.make(m.trigger, **m.options)
     else:
         from policies.rl.export import LearnedTrigger
 

@@ -35,8 +35,7 @@ log = logging.getLogger(__name__)
 def world_retriever(world: str, artifact: str | None = None, index_path: str | None = None):
     """The retriever the env uses for ``world``: BM25 in memory over its corpus, or a prebuilt index (BM25 or
     ColBERT, checked against the corpus) — built by the env's own code path."""
-    from agents.retrievers.bm25 import BM25Retriever
-    from envs.components import _qa_retriever
+    from envs.components import task_retriever
     from envs.env_config import EnvConfig
 
     if world == "microworld":
@@ -52,7 +51,7 @@ def world_retriever(world: str, artifact: str | None = None, index_path: str | N
         from agents.retrievers.index import read_manifest
 
         kind = read_manifest(index_path)["kind"]
-    return _qa_retriever(EnvConfig(retriever=kind, index_path=index_path), corpus, BM25Retriever)
+    return task_retriever(EnvConfig(retriever=kind, index_path=index_path), corpus)
 
 
 def load_data(cfg: QueryGenTrainConfig, progress: bool = True) -> tuple[list[FlaggedStep], list[FlaggedStep]]:
