@@ -197,6 +197,7 @@ def _namespace(kind: str, identity, config: EnvConfig) -> str:
 
 def qa_components(config: EnvConfig, task: Any = None) -> Components:
     from agents.query import QueryGenerator
+    from agents.reasoners.base import BranchingReasoner
     from agents.reasoners.registry import make_reasoner
     from envs.qa_task import QATask
 
@@ -209,8 +210,10 @@ def qa_components(config: EnvConfig, task: Any = None) -> Components:
                              "does not expose them (use reasoner 'hf')")
         extra = {"attn_implementation": "eager", "capture_attentions": True}
     reasoner = make_reasoner(config.reasoner, max_step_tokens=config.max_step_tokens, **extra)
-    if not hasattr(reasoner, "snapshot"):
-        raise ValueError(f"reasoner '{config.reasoner}' cannot snapshot its state (needed by the trajectory cache)")
+    if not isinstance(reasoner, BranchingReasoner):
+        raise ValueError(f"reasoner '{config.reasoner}' does not implement agents.reasoners.base.BranchingReasoner "
+                         "(snapshot / restore / with_evidence: the env's trajectory cache and batched regeneration "
+                         "need them)")
     retriever = task_retriever(config, corpus)
     mc = getattr(getattr(reasoner, "model", None), "config", None)
     n_layers = getattr(mc, "num_hidden_layers", 0) or 0

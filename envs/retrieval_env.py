@@ -28,6 +28,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from agents.reasoners.base import BranchingReasoner
 from envs.components import episode_fields, observation_groups
 from envs.costs import CostEvent, CostModel, modelled_seconds
 from envs.env_config import EnvConfig
@@ -71,7 +72,7 @@ def execute_requests(reasoner, requests: list[tuple]) -> list[tuple]:
     ``(step, state_after)``, in request order. Reasoners with ``with_evidence`` serve both kinds in ONE
     batched call; others get one ``next_step`` call plus one ``regenerate`` call per injection mode.
     """
-    if hasattr(reasoner, "with_evidence"):
+    if isinstance(reasoner, BranchingReasoner):
         states = [r[1] if r[0] == "next" else reasoner.with_evidence(r[1], r[2], r[3]) for r in requests]
         return reasoner.next_step(states)
     out: list[tuple | None] = [None] * len(requests)

@@ -66,6 +66,27 @@ class Reasoner(Protocol):
         raise NotImplementedError
 
 
+@runtime_checkable
+class BranchingReasoner(Reasoner, Protocol):
+    """A reasoner the env can drive: it can describe a state as plain data and rebuild it (the trajectory cache
+    stores snapshots and replays branches from them), and turn a state into the state whose next step is the
+    regeneration with evidence (so regenerations and plain next steps share one batched ``next_step`` call).
+    The micro-world and Hugging Face backends implement it."""
+
+    def snapshot(self, state: Any) -> dict:
+        """A plain-data description of ``state`` (token ids, evidence, step count), enough to rebuild it."""
+        raise NotImplementedError
+
+    def restore(self, snap: dict) -> Any:
+        """The state :meth:`snapshot` described (caches such as the KV cache are recomputed on use)."""
+        raise NotImplementedError
+
+    def with_evidence(self, state: Any, evidence: list[str], mode: str = "step") -> Any:
+        """The state whose next step regenerates ``state``'s next step with ``evidence`` injected (``step``: right
+        before the step; ``front``: before the question)."""
+        raise NotImplementedError
+
+
 def run_chains(reasoner: Reasoner, questions: list[str], max_steps: int,
                front: list[list[str]] | None = None) -> list[list[Step]]:
     """Greedy chains for many questions with any reasoner: one batched ``next_step`` call per round.
