@@ -15,13 +15,19 @@ greedy decoding makes them deterministic, so a warm cache replays episodes witho
 
 The heavy parts (reasoner, retriever, signals) are built by :mod:`envs.components` from the config; tests
 can inject their own through ``components=``.
+
+The decision loop is batch-first (Gymnasium's vector envs are the model): :func:`step_batch` advances many env
+copies that share one set of components in commented phases — actions and caps → the retrievals (cache, else
+queries, ONE batched search and ONE batched generation) → the accepts (cache, else ONE batched generation) →
+costs, quality, reward and info. :meth:`RetrievalTimingEnv.step` is its ``n = 1`` view and
+:class:`envs.vector.BatchedRetrievalEnv` its ``n``-copy view. Per-question state lives in one :class:`Episode`.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
@@ -65,6 +71,28 @@ class StepRecord:
     compression: dict | None = None             # evidence compression of this retrieval (sentences, tokens)
 
 
+@dataclass
+class Episode:
+    """Everything one env copy knows about its current question (reset builds it, the loop advances it)."""
+
+    q: Any                                      # the question (task object)
+    qidx: int                                   # its index in the env's questions
+    record: StepRecord | None = None            # the current step: the one the next decision is about
+    prefix: tuple = ()                          # the actions so far ("a" accept, "r<mode>" retrieve): the cache key
+    before: Any = None                          # live reasoner state the current step was generated from ...
+    after: Any = None                           # ... and after it (None: rebuilt from the record's snapshots)
+    n_accepted: int = 0
+    accepted_steps: list[str] = field(default_factory=list)
+    retrievals: int = 0
+    retrievals_this_step: int = 0
+    tokens: int = 0                             # generated + injected
+    seconds: float = 0.0                        # measured generation seconds of the records on this path
+    since_retrieval: int = 0
+    used: list[str] = field(default_factory=list)  # passage ids injected so far (never injected twice)
+    log: list[dict[str, Any]] = field(default_factory=list)  # per decision, returned in the final info
+    episode_feats: dict[str, tuple] = field(default_factory=dict)  # per-episode observation fields
+
+
 def execute_requests(reasoner, requests: list[tuple]) -> list[tuple]:
     """Serve generation requests of many envs with as few batched reasoner calls as possible.
 
@@ -85,6 +113,204 @@ def execute_requests(reasoner, requests: list[tuple]) -> list[tuple]:
         res = reasoner.regenerate([requests[i][1] for i in idx], [requests[i][2] for i in idx], mode=mode)
         for i, x in zip(idx, res):
             out[i] = x
+    return out  # type: ignore[return-value]
+
+
+# ----------------------------------------------------------------------------------------- the decision loop
+def reset_batch(envs: list[RetrievalTimingEnv], seeds: list[int | None] | None = None,
+                options: list[dict | None] | None = None) -> list[tuple[dict, dict]]:
+    """Start a question in each env (they share components and cache): ``[(obs, info)]``."""
+    n = len(envs)
+    seeds, options = seeds or [None] * n, options or [None] * n
+    # 1. each copy draws its question with its own RNG (or takes options["question_index"])
+    for e, seed, opts in zip(envs, seeds, options):
+        gym.Env.reset(e, seed=seed)
+        questions = e.c.questions[: e.config.max_questions or None]
+        idx = (opts or {}).get("question_index")
+        if idx is None:
+            idx = int(e.np_random.integers(len(questions)))
+        elif not 0 <= int(idx) < len(questions):
+            raise ValueError(f"question_index {idx} out of range [0, {len(questions)})")
+        e.ep = Episode(q=questions[int(idx)], qidx=int(idx))
+    # 2. the first step of every question: cache, else one batched generation
+    for e, rec in zip(envs, _records(envs, "start")):
+        ep = e.ep
+        # episode-level content: the question's embedding is the context embedding of the first step
+        ep.episode_feats = {g: (rec.features[src], rec.mask[src]) for g, src in episode_fields().items()
+                            if g in e.groups}
+        ep.tokens += rec.n_tokens
+        ep.seconds += rec.seconds
+        ep.record = rec
+    return [(e._obs(), e._info(costs={k: 0.0 for k in e.costs.costs})) for e in envs]
+
+
+def step_batch(envs: list[RetrievalTimingEnv], actions: list[Any]) -> list[tuple[dict, float, bool, bool, dict]]:
+    """One decision in each env (they share components and cache): ``[(obs, reward, terminated, truncated,
+    info)]``, exactly what each env's own ``step`` returns."""
+    # 1. actions: validate; split into (retrieve?, query mode); a retrieval over a cap becomes an accept
+    decided = []
+    for e, action in zip(envs, actions):
+        if getattr(e, "ep", None) is None or e.ep.record is None:
+            raise RuntimeError("call reset() before step()")
+        if not e.action_space.contains(e._normalise_action(action)):
+            raise ValueError(f"action {action!r} is outside the action space {e.action_space}")
+        retrieve, mode = e._split_action(action)
+        ep, cfg = e.ep, e.config
+        capped = bool(retrieve) and (ep.retrievals_this_step >= cfg.max_retrievals_per_step
+                                     or ep.retrievals >= cfg.max_retrievals_per_question)
+        decided.append({"retrieve": int(retrieve and not capped), "mode": mode, "capped": capped,
+                        "step": ep.record, "event": CostEvent(step_index=ep.n_accepted + 1),
+                        "retrieved": {"query": None, "passage_ids": []}, "done": (False, False)})
+
+    # 2. retrieve: regenerate the current step with evidence (cache, else queries → one batched search → one
+    #    batched generation); at the per-step cap the regenerated step is accepted in phase 3
+    rix = [i for i, d in enumerate(decided) if d["retrieve"]]
+    for i in rix:
+        envs[i].ep.prefix += (f"r{decided[i]['mode']}",)
+    for i, rec in zip(rix, _records([envs[i] for i in rix], "retrieve", [decided[i]["mode"] for i in rix])):
+        ep, d = envs[i].ep, decided[i]
+        ep.retrievals += 1
+        ep.retrievals_this_step += 1
+        ep.since_retrieval = 0
+        ep.used += list(rec.passage_ids)
+        d["retrieved"] = {"query": rec.query, "passage_ids": list(rec.passage_ids),
+                          **({"compression": rec.compression} if rec.compression is not None else {})}
+        d["event"] = CostEvent(retrieved=True, n_passages=len(rec.passage_ids), tokens_generated=rec.n_tokens,
+                               tokens_injected=rec.tokens_injected, seconds_measured=rec.seconds,
+                               step_index=ep.n_accepted + 1)
+        ep.tokens += rec.n_tokens + rec.tokens_injected
+        ep.seconds += rec.seconds
+        ep.record = rec
+
+    # 3. accept: the step stands; the episode ends at the answer (or max_steps), else the next step is generated
+    #    (cache, else one batched generation)
+    aix = [i for i, d in enumerate(decided)
+           if not d["retrieve"] or envs[i].ep.retrievals_this_step >= envs[i].config.max_retrievals_per_step]
+    nix = []
+    for i in aix:
+        ep = envs[i].ep
+        ep.n_accepted += 1
+        ep.accepted_steps.append(ep.record.text)
+        ep.retrievals_this_step = 0
+        ep.since_retrieval += 1
+        if ep.record.is_answer or ep.record.final:
+            decided[i]["done"] = (True, False)
+        elif ep.n_accepted >= envs[i].config.max_steps:
+            decided[i]["done"] = (False, True)
+        else:
+            ep.prefix += ("a",)
+            nix.append(i)
+    for i, rec in zip(nix, _records([envs[i] for i in nix], "next")):
+        ep, d = envs[i].ep, decided[i]
+        ep.tokens += rec.n_tokens
+        ep.seconds += rec.seconds
+        ep.record = rec
+        ev = d["event"]
+        d["event"] = CostEvent(**{**ev.__dict__, "tokens_generated": ev.tokens_generated + rec.n_tokens,
+                                  "seconds_measured": ev.seconds_measured + rec.seconds})
+
+    # 4. costs, answer quality at the end, reward, info
+    out = []
+    for e, d in zip(envs, decided):
+        ep, (terminated, truncated) = e.ep, d["done"]
+        event = CostEvent(**{**d["event"].__dict__, "seconds_modelled": modelled_seconds(d["event"])})
+        penalty, raw = e.costs(event)
+        reward, quality = -penalty, None
+        if terminated or truncated:
+            quality = e.c.quality(ep.q, ep.record if terminated else None)
+            reward += quality
+        ep.log.append({"action": [d["retrieve"], int(d["mode"])], "capped": d["capped"], "step": d["step"].text,
+                       "label": d["step"].label, "signals": d["step"].signals, **d["retrieved"], "costs": raw,
+                       "reward": reward})
+        info = e._info(costs=raw, capped=d["capped"], quality=quality, retrieved=d["retrieved"])
+        out.append((e._obs(), float(reward), terminated, truncated, info))
+    return out
+
+
+def _records(envs: list[RetrievalTimingEnv], kind: str, modes: list[int] | None = None) -> list[StepRecord]:
+    """The record of each env's current action prefix (``kind``: start | retrieve | next): cache hits; for the
+    misses the queries and ONE batched search (retrieve), ONE batched generation, then signals and labels — each
+    new record cached. ``seconds`` of a new record: its env's own work plus its share of the batched calls."""
+    if not envs:
+        return []
+    c, cfg, cache = envs[0].c, envs[0].config, envs[0].cache
+    modes = modes or [0] * len(envs)
+    out: list[StepRecord | None] = [None] * len(envs)
+    # cache
+    for i, e in enumerate(envs):
+        out[i] = cache.get(c.question_id(e.ep.q), e.ep.prefix)
+        if out[i] is not None:
+            e.ep.before = e.ep.after = None  # rebuilt from the record's snapshots only if we generate again
+    miss = [i for i, r in enumerate(out) if r is None]
+    if not miss:
+        return out  # type: ignore[return-value]
+    t0 = time.perf_counter()
+    # the state each missing record is generated from
+    jobs = []
+    for i in miss:
+        ep = envs[i].ep
+        if kind == "start":
+            job = {"before": c.reasoner.start(c.question_text(ep.q)), "chain_before": None}
+        elif kind == "next":
+            job = {"before": envs[i]._state("after"), "chain_before": ep.record.chain_object}
+        else:
+            job = {"before": envs[i]._state("before"), "chain_before": ep.record.chain_before}
+        jobs.append(job)
+    # retrieve: queries → one batched search → the passages to inject (first unused) → evidence
+    if kind == "retrieve":
+        from agents.retrievers.base import SelectionConfig, select_passages
+
+        for i, job in zip(miss, jobs):
+            ep = envs[i].ep
+            job["query"] = c.querygen(ep.record.text, {"question": c.question_text(ep.q),
+                                                       "context": {"prior_steps": list(ep.accepted_steps)}}, modes[i])
+        ranked = c.retriever.search([job["query"] for job in jobs], k=cfg.top_k)
+        for i, job, hits in zip(miss, jobs, ranked):
+            ep = envs[i].ep
+            chosen = select_passages(hits, ep.used, SelectionConfig(top_k=cfg.top_k))
+            texts = [p.text for p in chosen]
+            job["compression"] = None
+            if cfg.compress_evidence and texts:
+                from agents.compression import compress_evidence
+
+                texts, job["compression"] = compress_evidence(c.reasoner, job["before"], texts, ep.record.text,
+                                                              cfg.tau_rel)
+            job["passage_ids"] = tuple(p.id for p in chosen)
+            job["evidence"] = tuple(ep.record.evidence) + tuple(texts)
+            job["injected"] = sum(len(t.split()) for t in texts)
+    # one batched generation (a retrieval with nothing new to inject keeps its step: no generation)
+    gen = [j for j, job in enumerate(jobs) if kind != "retrieve" or job["passage_ids"]]
+    requests = [("regen", jobs[j]["before"], list(jobs[j]["evidence"]), cfg.injection) if kind == "retrieve"
+                else ("next", jobs[j]["before"]) for j in gen]
+    own = (time.perf_counter() - t0) / len(miss)
+    for j, (step, after) in zip(gen, execute_requests(c.reasoner, requests) if requests else []):
+        jobs[j]["step"], jobs[j]["after"] = step, after
+    # signals, labels → the new records (cached)
+    for i, job in zip(miss, jobs):
+        e, t1 = envs[i], time.perf_counter()
+        ep = e.ep
+        if "step" not in job:  # nothing new to inject (every top-k passage was used): the step stands as it was
+            rec = StepRecord(**{**ep.record.__dict__, "query": job["query"], "passage_ids": (), "tokens_injected": 0,
+                                "n_tokens": 0})
+        else:
+            step, before, after = job["step"], job["before"], job["after"]
+            feats, scalars, mask = c.features(step, before)
+            label = error_kind = chain_object = None
+            if c.has_labels:
+                label, error_kind, chain_object = c.task.label(ep.q, ep.n_accepted + 1, job["chain_before"],
+                                                               step.content, step.is_answer)
+            ep.before, ep.after = before, after
+            seconds = own + (time.perf_counter() - t1) + float(getattr(step, "seconds", 0.0) or 0.0)
+            rec = StepRecord(text=step.text, content=step.content, is_answer=step.is_answer, n_tokens=step.n_tokens,
+                             seconds=seconds, features=feats, signals=scalars, mask=mask,
+                             before=c.reasoner.snapshot(before), after=c.reasoner.snapshot(after),
+                             evidence=job.get("evidence", ()), query=job.get("query"),
+                             passage_ids=job.get("passage_ids", ()), tokens_injected=job.get("injected", 0),
+                             label=label, error_kind=error_kind, chain_before=job["chain_before"],
+                             chain_object=chain_object, compression=job.get("compression"),
+                             final=step.is_answer or bool(getattr(after, "done", False)))
+        cache.put(c.question_id(ep.q), ep.prefix, rec)
+        out[i] = rec
     return out  # type: ignore[return-value]
 
 
@@ -118,8 +344,7 @@ class RetrievalTimingEnv(gym.Env):
         n_modes = len(self.config.query_modes)
         self.action_space = (spaces.Tuple((spaces.Discrete(2), spaces.Discrete(n_modes))) if self.config.querygen
                              else spaces.Discrete(2))
-        self._q = None
-        self._record: StepRecord | None = None
+        self.ep: Episode | None = None  # the current question's state (reset builds it)
 
     # ------------------------------------------------------------------ runtime knobs
     def set_cost_weights(self, weights: dict[str, float]) -> None:
@@ -129,105 +354,12 @@ class RetrievalTimingEnv(gym.Env):
     def get_cost_weights(self) -> dict[str, float]:
         return dict(self.costs.weights)
 
-    # ------------------------------------------------------------------ gym API
+    # ------------------------------------------------------------------ gym API: the n = 1 view of the loop
     def reset(self, *, seed: int | None = None, options: dict | None = None):
-        return self._drive(self.reset_gen(seed=seed, options=options))
+        return reset_batch([self], [seed], [options])[0]
 
     def step(self, action):
-        return self._drive(self.step_gen(action))
-
-    # The env logic is written as generators that *yield* generation requests and receive their results,
-    # so that a batcher (:class:`envs.vector.BatchedRetrievalEnv`) can serve many env copies with one
-    # batched reasoner call; :meth:`_drive` serves a single env.
-    def _drive(self, gen):
-        try:
-            req = next(gen)
-            while True:
-                req = gen.send(execute_requests(self.c.reasoner, [req])[0])
-        except StopIteration as stop:
-            return stop.value
-
-    def reset_gen(self, *, seed: int | None = None, options: dict | None = None):
-        super().reset(seed=seed)
-        options = options or {}
-        questions = self.c.questions[: self.config.max_questions or None]
-        if "question_index" in options:
-            idx = int(options["question_index"])
-            if not 0 <= idx < len(questions):
-                raise ValueError(f"question_index {idx} out of range [0, {len(questions)})")
-        else:
-            idx = int(self.np_random.integers(len(questions)))
-        self._q = questions[idx]
-        self._qidx = idx
-        self._prefix: tuple = ()
-        self._before = self._after = None
-        self._n_accepted = 0
-        self._accepted_steps: list[str] = []
-        self._retrievals = 0
-        self._retrievals_this_step = 0
-        self._tokens = 0
-        self._seconds = 0.0  # measured generation seconds of the records on this path (as first generated)
-        self._since_retrieval = 0
-        self._used: list[str] = []
-        self._episode: list[dict[str, Any]] = []
-        rec = yield from self._get_or_generate(kind="start")
-        # episode-level content: the question's embedding is the context embedding of the first step
-        self._episode_feats = {g: (rec.features[src], rec.mask[src]) for g, src in episode_fields().items()
-                               if g in self.groups}
-        self._tokens += rec.n_tokens
-        self._seconds += rec.seconds
-        self._record = rec
-        return self._obs(), self._info(costs={k: 0.0 for k in self.costs.costs})
-
-    def step_gen(self, action):
-        if self._record is None:
-            raise RuntimeError("call reset() before step()")
-        if not self.action_space.contains(self._normalise_action(action)):
-            raise ValueError(f"action {action!r} is outside the action space {self.action_space}")
-        retrieve, mode = self._split_action(action)
-        if retrieve and (self._retrievals_this_step >= self.config.max_retrievals_per_step
-                         or self._retrievals >= self.config.max_retrievals_per_question):
-            retrieve = 0  # over a cap: the decision becomes "accept" (reported in info["capped"])
-            capped = True
-        else:
-            capped = False
-        cur = self._record
-        terminated = truncated = False
-        retrieved: dict[str, Any] = {"query": None, "passage_ids": []}
-        if retrieve:
-            self._prefix = self._prefix + (f"r{mode}",)
-            rec = yield from self._get_or_generate(kind="retrieve", mode=mode)
-            self._retrievals += 1
-            self._retrievals_this_step += 1
-            self._since_retrieval = 0
-            self._used += list(rec.passage_ids)
-            retrieved = {"query": rec.query, "passage_ids": list(rec.passage_ids)}
-            if rec.compression is not None:
-                retrieved["compression"] = rec.compression
-            event = CostEvent(retrieved=True, n_passages=len(rec.passage_ids), tokens_generated=rec.n_tokens,
-                              tokens_injected=rec.tokens_injected, seconds_measured=rec.seconds,
-                              seconds_modelled=0.0, step_index=self._n_accepted + 1)
-            self._tokens += rec.n_tokens + rec.tokens_injected
-            self._seconds += rec.seconds
-            self._record = rec
-            if self._retrievals_this_step >= self.config.max_retrievals_per_step:
-                # the regenerated step is accepted: move on (one decision per step)
-                terminated, truncated, event = yield from self._accept(event)
-        else:
-            event = CostEvent(step_index=self._n_accepted + 1)
-            terminated, truncated, event = yield from self._accept(event)
-        event = CostEvent(**{**event.__dict__, "seconds_modelled": modelled_seconds(event)})
-        penalty, raw = self.costs(event)
-        reward = -penalty
-        quality = None
-        if terminated or truncated:
-            quality = self.c.quality(self._q, self._record if terminated else None)
-            reward += quality
-        self._episode.append({"action": [int(retrieve), int(mode)], "capped": capped, "step": cur.text,
-                              "label": cur.label, "signals": cur.signals, **retrieved, "costs": raw,
-                              "reward": reward})
-        info = self._info(costs=raw, capped=capped, quality=quality, retrieved=retrieved)
-        return self._obs(), float(reward), terminated, truncated, info
+        return step_batch([self], [action])[0]
 
     # ------------------------------------------------------------------ internals
     def _normalise_action(self, action):
@@ -245,115 +377,20 @@ class RetrievalTimingEnv(gym.Env):
             return int(a[0]), int(a[1])
         return int(a), 0
 
-    def _accept(self, event: CostEvent):
-        """Accept the current step; generate the next one unless the episode ends."""
-        cur = self._record
-        self._n_accepted += 1
-        self._accepted_steps.append(cur.text)
-        self._retrievals_this_step = 0
-        self._since_retrieval += 1
-        if cur.is_answer or cur.final:
-            return True, False, event
-        if self._n_accepted >= self.config.max_steps:
-            return False, True, event
-        yield from ()
-        self._prefix = self._prefix + ("a",)
-        rec = yield from self._get_or_generate(kind="next")
-        self._tokens += rec.n_tokens
-        self._seconds += rec.seconds
-        self._record = rec
-        event = CostEvent(**{**event.__dict__, "tokens_generated": event.tokens_generated + rec.n_tokens,
-                             "seconds_measured": event.seconds_measured + rec.seconds})
-        return False, False, event
-
-    def _get_or_generate(self, kind: str, mode: int = 0) -> StepRecord:
-        """The record of the current action prefix: from the cache, else generated (and cached)."""
-        qid = self.c.question_id(self._q)
-        hit = self.cache.get(qid, self._prefix)
-        if hit is not None:
-            self._before = self._after = None  # rebuilt from the record's snapshots only if we generate again
-            return hit
-        rec = yield from self._generate(kind, mode)  # rec.seconds: this record's own share (see _generate)
-        self.cache.put(qid, self._prefix, rec)
-        return rec
-
     def _state(self, which: str):
         """The live reasoner state before/after the current step (restored from its snapshot if needed)."""
-        live = self._before if which == "before" else self._after
+        live = self.ep.before if which == "before" else self.ep.after
         if live is not None:
             return live
-        snap = getattr(self._record, which)
-        return self.c.reasoner.restore(snap)
-
-    def _generate(self, kind: str, mode: int) -> StepRecord:
-        """A new record: state, query + retrieval (retrieve), one generation request (yielded: the batched
-        call serves it), signals and label. ``seconds`` = this env's own work (query, retrieval, signals) plus
-        the reasoner's per-sequence share of the batched generation call."""
-        r, c = self.c.reasoner, self.c
-        t_own = time.perf_counter()
-        question = c.question_text(self._q)
-        query, passage_ids, evidence, injected, compression = None, (), (), 0, None
-        if kind == "start":
-            before = r.start(question)
-            chain_before = None
-        elif kind == "next":
-            before = self._state("after")
-            chain_before = self._record.chain_object
-        elif kind == "retrieve":
-            before = self._state("before")
-            chain_before = self._record.chain_before
-            query = c.querygen(self._record.text, {"question": question,
-                                                   "context": {"prior_steps": list(self._accepted_steps)}}, mode)
-            from agents.retrievers.base import SelectionConfig, select_passages
-
-            ranked = c.retriever.search([query], k=self.config.top_k)[0]
-            chosen = select_passages(ranked, self._used, SelectionConfig(top_k=self.config.top_k))
-            passage_ids = tuple(p.id for p in chosen)
-            new_texts = [p.text for p in chosen]
-            if self.config.compress_evidence and new_texts:
-                from agents.compression import compress_evidence
-
-                new_texts, compression = compress_evidence(r, before, new_texts, self._record.text,
-                                                           self.config.tau_rel)
-            evidence = tuple(self._record.evidence) + tuple(new_texts)
-            injected = sum(len(t.split()) for t in new_texts)
-        else:  # pragma: no cover - internal
-            raise ValueError(kind)
-        own = time.perf_counter() - t_own
-        if kind == "retrieve" and not passage_ids:
-            # nothing new to inject (every top-k passage was used): the step stands as it was
-            (step, after) = (None, None)
-        elif kind == "retrieve":
-            step, after = yield ("regen", before, list(evidence), self.config.injection)
-        else:
-            step, after = yield ("next", before)
-        t_own = time.perf_counter()
-        if step is None:
-            yield from ()
-            prev = self._record
-            rec = StepRecord(**{**prev.__dict__, "query": query, "passage_ids": (), "tokens_injected": 0,
-                                "n_tokens": 0})
-            return rec
-        feats, scalars, mask = c.features(step, before)
-        label = error_kind = chain_object = None
-        if hasattr(c.task, "label"):
-            label, error_kind, chain_object = c.task.label(self._q, self._n_accepted + 1, chain_before,
-                                                           step.content, step.is_answer)
-        self._before, self._after = before, after
-        seconds = own + (time.perf_counter() - t_own) + float(getattr(step, "seconds", 0.0) or 0.0)
-        return StepRecord(text=step.text, content=step.content, is_answer=step.is_answer, n_tokens=step.n_tokens,
-                          seconds=seconds, features=feats, signals=scalars, mask=mask,
-                          before=r.snapshot(before), after=r.snapshot(after), evidence=evidence, query=query,
-                          passage_ids=passage_ids, tokens_injected=injected, label=label, error_kind=error_kind,
-                          chain_before=chain_before, chain_object=chain_object, compression=compression,
-                          final=step.is_answer or bool(getattr(after, "done", False)))
+        return self.c.reasoner.restore(getattr(self.ep.record, which))
 
     def _obs(self) -> dict[str, np.ndarray]:
-        rec = self._record
-        feats = {**{g: (rec.features[g], rec.mask[g]) for g in rec.features}, **self._episode_feats}
+        ep = self.ep
+        rec = ep.record
+        feats = {**{g: (rec.features[g], rec.mask[g]) for g in rec.features}, **ep.episode_feats}
         obs = {g: np.asarray(feats[g][0], dtype=np.float32) for g in self.groups}
-        obs["history"] = np.array([self._n_accepted + 1, self._retrievals, self._tokens / 100.0,
-                                   self._since_retrieval], dtype=np.float32)
+        obs["history"] = np.array([ep.n_accepted + 1, ep.retrievals, ep.tokens / 100.0,
+                                   ep.since_retrieval], dtype=np.float32)
         obs["mask"] = np.array([feats[g][1] for g in self.groups], dtype=np.float32)
         return obs
 
@@ -361,24 +398,25 @@ class RetrievalTimingEnv(gym.Env):
               retrieved: dict[str, Any] | None = None) -> dict[str, Any]:
         """``info``: the current step (text, signals, label) and what the last action cost and retrieved."""
         retrieved = retrieved or {"query": None, "passage_ids": []}
-        rec = self._record
+        ep = self.ep
+        rec = ep.record
         info = {
-            "question_id": self.c.question_id(self._q),
-            "question": self.c.question_text(self._q),
-            "step_index": self._n_accepted + 1,
+            "question_id": self.c.question_id(ep.q),
+            "question": self.c.question_text(ep.q),
+            "step_index": ep.n_accepted + 1,
             "step_text": rec.text,
             "is_answer": rec.is_answer,
             "signals": dict(rec.signals),
             "masked_signals": [n for n in self.c.scalar_names() if n not in rec.signals],
             "costs": costs,
             "cost_weights": dict(self.costs.weights),
-            "retrievals": self._retrievals,
-            "retrievals_this_step": self._retrievals_this_step,
+            "retrievals": ep.retrievals,
+            "retrievals_this_step": ep.retrievals_this_step,
             "query": retrieved["query"],
             "passage_ids": retrieved["passage_ids"],
             "capped": capped,
             **({"compression": retrieved["compression"]} if "compression" in retrieved else {}),
-            "action_prefix": ",".join(self._prefix),
+            "action_prefix": ",".join(ep.prefix),
         }
         if rec.label is not None:
             info["label"] = rec.label
@@ -386,14 +424,15 @@ class RetrievalTimingEnv(gym.Env):
         if quality is not None:
             info["quality"] = quality
             info["answer"] = rec.text
-            info["tokens"] = self._tokens
-            info["seconds"] = round(self._seconds, 6)
-            info["episode"] = list(self._episode)
+            info["tokens"] = ep.tokens
+            info["seconds"] = round(ep.seconds, 6)
+            info["episode"] = list(ep.log)
         return info
 
     def render(self):
-        if self.render_mode == "ansi" and self._record is not None:
-            return f"[{self.c.question_id(self._q)} | step {self._n_accepted + 1}] {self._record.text}"
+        ep = self.ep
+        if self.render_mode == "ansi" and ep is not None and ep.record is not None:
+            return f"[{self.c.question_id(ep.q)} | step {ep.n_accepted + 1}] {ep.record.text}"
         return None
 
     def close(self):

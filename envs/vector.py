@@ -1,9 +1,8 @@
-"""``BatchedRetrievalEnv``: N env copies that advance with ONE batched generation call per round.
+"""``BatchedRetrievalEnv``: N env copies that advance with ONE batched search and generation call per phase.
 
-Each copy runs the env's generator logic (:meth:`RetrievalTimingEnv.step_gen`); whenever copies need the
-reasoner they yield requests, which :func:`envs.retrieval_env.execute_requests` serves in one batched
-call (greedy generation is batch-invariant, so results equal the single-env ones). The copies share one
-set of components — one model in memory — and one trajectory cache.
+The copies go through the env's own batch-first decision loop together (:func:`envs.retrieval_env.step_batch`;
+greedy generation is batch-invariant, so results equal the single-env ones). They share one set of components —
+one model in memory — and one trajectory cache.
 
 It is a standard Gymnasium ``VectorEnv`` (next-step autoreset), so anything that consumes vector envs can
 use it: ``envs.vector.make_batched(n, config)``.
@@ -19,7 +18,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
-from envs.retrieval_env import RetrievalTimingEnv, execute_requests
+from envs.retrieval_env import RetrievalTimingEnv, reset_batch, step_batch
 
 
 class BatchedRetrievalEnv(VectorEnv):
@@ -44,29 +43,9 @@ class BatchedRetrievalEnv(VectorEnv):
     def reasoner(self):
         return self.envs[0].c.reasoner
 
-    def _run(self, gens: list) -> list[Any]:
-        """Advance every generator to completion, batching their generation requests round by round."""
-        results: list[Any] = [None] * len(gens)
-        pending: dict[int, tuple] = {}
-        for i, g in enumerate(gens):
-            try:
-                pending[i] = next(g)
-            except StopIteration as stop:
-                results[i] = stop.value
-        while pending:
-            idx = list(pending)
-            outs = execute_requests(self.reasoner, [pending[i] for i in idx])
-            for i, out in zip(idx, outs):
-                try:
-                    pending[i] = gens[i].send(out)
-                except StopIteration as stop:
-                    results[i] = stop.value
-                    del pending[i]
-        return results
-
     def reset(self, *, seed: int | list[int] | None = None, options: dict | None = None):
         seeds = seed if isinstance(seed, list) else [None if seed is None else seed + i for i in range(self.num_envs)]
-        outs = self._run([e.reset_gen(seed=s, options=options) for e, s in zip(self.envs, seeds)])
+        outs = reset_batch(self.envs, seeds, [options] * self.num_envs)
         self._needs_reset[:] = False
         infos: dict[str, Any] = {}
         for i, (_, info) in enumerate(outs):
@@ -74,26 +53,22 @@ class BatchedRetrievalEnv(VectorEnv):
         return self._batch_obs([o for o, _ in outs]), infos
 
     def step(self, actions):
-        gens, kinds = [], []
-        for i, e in enumerate(self.envs):
-            if self._needs_reset[i]:
-                gens.append(e.reset_gen())
-                kinds.append("reset")
-            else:
-                a = actions[i] if not isinstance(actions, tuple) else tuple(x[i] for x in actions)
-                gens.append(e.step_gen(a))
-                kinds.append("step")
-        outs = self._run(gens)
+        # next-step autoreset: copies whose episode ended last step start a new question instead of stepping
+        resets = [i for i in range(self.num_envs) if self._needs_reset[i]]
+        steps = [i for i in range(self.num_envs) if not self._needs_reset[i]]
+        acts = [actions[i] if not isinstance(actions, tuple) else tuple(x[i] for x in actions) for i in steps]
+        outs: dict[int, tuple] = dict(zip(resets, reset_batch([self.envs[i] for i in resets])))
+        outs.update(zip(steps, step_batch([self.envs[i] for i in steps], acts)))
         obs, rew = [], np.zeros(self.num_envs, dtype=np.float64)
         term = np.zeros(self.num_envs, dtype=bool)
         trunc = np.zeros(self.num_envs, dtype=bool)
         infos: dict[str, Any] = {}
-        for i, (k, out) in enumerate(zip(kinds, outs)):
-            if k == "reset":
-                o, info = out
+        for i in range(self.num_envs):
+            if i in resets:
+                o, info = outs[i]
                 self._needs_reset[i] = False
             else:
-                o, r, te, tr, info = out
+                o, r, te, tr, info = outs[i]
                 rew[i], term[i], trunc[i] = r, te, tr
                 self._needs_reset[i] = te or tr
             obs.append(o)

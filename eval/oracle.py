@@ -69,6 +69,8 @@ def enumerate_leaves_batched(venv, question_indices: list[int], max_leaves: int 
     ``modes``: with an env of QueryGen actions (``querygen: true``), the query-mode indices a retrieval may use;
     actions are then ``(retrieve, mode)`` pairs and each retrieval branches once per mode (the oracle over when
     *and* how to ask). ``None``: plain ``0/1`` actions (the env's default mode)."""
+    from envs.retrieval_env import reset_batch, step_batch
+
     envs = venv.envs
     cfg = envs[0].config
     if (modes is not None) != bool(cfg.querygen):
@@ -82,12 +84,12 @@ def enumerate_leaves_batched(venv, question_indices: list[int], max_leaves: int 
         for start in range(0, len(frontier), len(envs)):
             chunk = frontier[start:start + len(envs)]
             es = envs[:len(chunk)]
-            infos = [i for _, i in venv._run([e.reset_gen(options={"question_index": q}) for e, (q, _) in zip(es, chunk)])]
+            infos = [i for _, i in reset_batch(es, options=[{"question_index": q} for q, _ in chunk])]
             totals: list[dict] = [{} for _ in chunk]
             done = [False] * len(chunk)
             for t in range(max(len(a) for _, a in chunk)):
                 idx = [j for j, (_, a) in enumerate(chunk) if t < len(a)]
-                for j, (_, _, te, tr, info) in zip(idx, venv._run([es[j].step_gen(chunk[j][1][t]) for j in idx])):
+                for j, (_, _, te, tr, info) in zip(idx, step_batch([es[j] for j in idx], [chunk[j][1][t] for j in idx])):
                     infos[j], done[j] = info, bool(te or tr)
                     for k, v in info["costs"].items():
                         totals[j][k] = totals[j].get(k, 0.0) + v

@@ -143,7 +143,7 @@ def test_retrieval_caps_share_the_cache_namespace_and_records():
         _, _, _, _, i1 = env.step(1)
         _, _, _, _, i2 = env.step(1 if env is capped else 0)  # capped: the retrieve becomes an accept
         texts.append((i1["step_text"], i2["step_text"], i2["action_prefix"]))
-    assert texts[0] == texts[1] and capped.unwrapped._retrievals == 1
+    assert texts[0] == texts[1] and capped.unwrapped.ep.retrievals == 1
 
 
 def test_configured_rsus_component_without_a_source_is_masked_not_zero():

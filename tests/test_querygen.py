@@ -186,7 +186,7 @@ def test_generator_plugs_into_querygenerator_and_env_by_name(tiny_run):
     step1 = info["step_text"]
     obs, _, term, trunc, info = env.step((1, 1))  # retrieve at step 1 with the generator
     assert info["query"] == qg(step1, {"question": info["question"], "context": {"prior_steps": []}}, 1)
-    accepted = list(env.unwrapped._accepted_steps)  # the per-step cap (1) accepted the regenerated step 1
+    accepted = list(env.unwrapped.ep.accepted_steps)  # the per-step cap (1) accepted the regenerated step 1
     assert len(accepted) == 1
     if not (term or trunc):
         step2 = info["step_text"]

@@ -65,6 +65,7 @@ def evaluate_policy(policy_or_trigger: Any, env_config: dict | Any, question_ind
 
     from envs.env_config import EnvConfig
     from envs.registration import PRESETS
+    from envs.retrieval_env import reset_batch, step_batch
     from envs.vector import BatchedRetrievalEnv
 
     trigger = _as_trigger(policy_or_trigger)
@@ -102,7 +103,7 @@ def evaluate_policy(policy_or_trigger: Any, env_config: dict | Any, question_ind
             trig = [copy.copy(trigger) for _ in chunk]  # reset() re-seeds each copy; a net stays shared
             for t, q in zip(trig, chunk):
                 t.reset(seed=int(q))
-            outs = venv._run([e.reset_gen(options={"question_index": int(q)}) for e, q in zip(envs_, chunk)])
+            outs = reset_batch(envs_, options=[{"question_index": int(q)} for q in chunk])
             obs = [o for o, _ in outs]
             infos = [i for _, i in outs]
             ret = [0.0] * len(chunk)
@@ -110,7 +111,7 @@ def evaluate_policy(policy_or_trigger: Any, env_config: dict | Any, question_ind
             active = list(range(len(chunk)))
             while active:
                 acts = {j: trig[j].decide(obs[j], infos[j]) for j in active}
-                res = venv._run([envs_[j].step_gen(acts[j]) for j in active])
+                res = step_batch([envs_[j] for j in active], [acts[j] for j in active])
                 still = []
                 for j, (o, r, te, tr, info) in zip(active, res):
                     obs[j], infos[j] = o, info
