@@ -169,14 +169,28 @@ def _extractor(config: EnvConfig, reasoner, n_layers: int, hidden: int, corpus_t
 
 #: bumped when what a cached StepRecord holds changes meaning (2: ``seconds`` is the record's own share of a
 #: batched generation call, no longer the whole round's wall time; 3: the rsus group carries each component's
-#: availability flag)
-RECORD_VERSION = 3
+#: availability flag; 4: records are encoded with envs.records (no pickle) and namespaces hold content
+#: fingerprints — artifact, probe weights, index, data file, POS tagger — never paths)
+RECORD_VERSION = 4
 
 
 def _namespace(kind: str, identity, config: EnvConfig) -> str:
+    """What the outcomes of an env depend on, hashed. Files enter by their *content* (artifact, probe weights,
+    prebuilt index, data file) — never by path — so a moved clone or a ``ray job submit`` working-dir copy reuses
+    its cache, and a retrained probe in the same folder does not replay stale scores."""
+    from envs.io import content_fingerprint
+
     outcome_fields = {k: v for k, v in config.to_dict().items()
                       if k not in ("costs", "cost_params", "cache_path", "split", "max_questions", "querygen",
-                                   "fact_holdout")}
+                                   "fact_holdout", "artifact", "data_path")}
+    if config.probes:
+        outcome_fields["probes"] = {n: content_fingerprint(p) for n, p in sorted(config.probes.items())}
+    if config.index_path:
+        outcome_fields["index_path"] = content_fingerprint(config.index_path)
+    if "content_words" in config.query_modes:  # the POS tagger decides which words a content_words query keeps
+        from agents.query import tagger_name
+
+        outcome_fields["pos_tagger"] = tagger_name()
     # the retrieval caps decide which action prefixes an episode reaches, never what a prefix's record holds (a
     # capped "retrieve" is recorded as an accept): a capped run reads the records of an uncapped one
     defaults = EnvConfig()
@@ -231,7 +245,16 @@ def qa_components(config: EnvConfig, task: Any = None) -> Components:
         mid = reasoner_model_id(reasoner, config.reasoner)
         probes = {name: DETECTORS.make("probe", path, expected_model_id=mid) for name, path in config.probes.items()}
     return Components(config, task, reasoner, retriever, QueryGenerator(list(config.query_modes)), extractor,
-                      _namespace(config.reasoner, [ident, corpus.fingerprint()], config), feature_dims, probes)
+                      _namespace(config.reasoner, [ident, corpus.fingerprint(), _task_file(task)], config),
+                      feature_dims, probes)
+
+
+def _task_file(task) -> str | None:
+    """The content fingerprint of a task's question file (``None`` for a task without one)."""
+    from envs.io import content_fingerprint
+
+    path = getattr(task, "path", None)
+    return content_fingerprint(path) if path is not None else None
 
 
 def task_retriever(config: EnvConfig, corpus):  # shared by the real-data and micro-world tasks
@@ -279,7 +302,9 @@ def microworld_components(config: EnvConfig) -> Components:
                            "micro")
     dims = extractor.dims
     feature_dims = {g: sum(dims[n] for n in group_signals()[g]) for g in record_groups(config)}
-    ns = _namespace("micro", [world.train_info, str(world.path)], config)
+    from envs.microworld.artifact import artifact_fingerprint
+
+    ns = _namespace("micro", [world.train_info, artifact_fingerprint(world.path)], config)
     probes = {}
     if config.probes:
         from envs.microworld.artifact import world_model_id

@@ -77,6 +77,22 @@ def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+def content_fingerprint(path: str | Path) -> str:
+    """Hex SHA-256 of what is at ``path``: a file's bytes, or a folder's files (relative names and contents, in
+    sorted order) — the same on any machine and under any absolute path."""
+    import hashlib
+
+    p = Path(path)
+    if p.is_file():
+        return sha256_file(p)
+    if not p.is_dir():
+        raise FileNotFoundError(f"cannot fingerprint {p}: no such file or folder")
+    h = hashlib.sha256()
+    for f in sorted(x for x in p.rglob("*") if x.is_file()):
+        h.update(f"{f.relative_to(p).as_posix()}\0{sha256_file(f)}\n".encode())
+    return h.hexdigest()
+
+
 def read_done_rows(path: str | Path | None, key: str = "question_index", require: tuple[str, ...] = (),
                    line_of: dict[int, int] | None = None) -> dict[int, dict[str, Any]]:
     """Rows already in a resumable per-question JSONL, by ``row[key]``; a torn last line (a crash while writing)

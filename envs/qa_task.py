@@ -43,6 +43,7 @@ class QATask:
         a = int(m.group(2)) if m.group(2) else 0
         b = int(m.group(3)) if m.group(3) else len(examples)
         self.dataset = dataset
+        self.path = file
         self.all_examples: list[QAExample] = list(examples)
         step = int(m.group(4)) if m.group(4) else 1
         if step < 1:

@@ -38,6 +38,7 @@ from agents.reasoners.base import BranchingReasoner
 from envs.components import episode_fields, observation_groups
 from envs.costs import CostEvent, CostModel, modelled_seconds
 from envs.env_config import EnvConfig
+from envs.records import serializable
 from envs.trajectory_cache import TrajectoryCache
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,7 @@ log = logging.getLogger(__name__)
 HISTORY_DIM = 4  # step index, retrievals so far, tokens so far (/100), steps since last retrieval
 
 
+@serializable("StepRecord")
 @dataclass
 class StepRecord:
     """What the cache stores for one (question, action prefix): the current step and how it came about."""

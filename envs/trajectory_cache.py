@@ -9,6 +9,10 @@ Storage is SQLite in WAL mode: every ``put`` is its own committed transaction, s
 a usable cache (at worst without its last record), and several processes (parallel env copies, Ray env
 runners on one machine) can share one file. A small in-memory LRU sits in front.
 
+Records are stored with :mod:`envs.records` (compressed JSON with tagged arrays; never pickle: a cache file from
+shared storage cannot run code when read). A file that is not a usable cache, or a corrupted record, is a
+:class:`TrajectoryCacheError` naming the file and the fix.
+
 Example:
     >>> import tempfile, os
     >>> c = TrajectoryCache(os.path.join(tempfile.mkdtemp(), "t.sqlite"), namespace="demo")
@@ -21,18 +25,23 @@ from __future__ import annotations
 
 import hashlib
 import json
-import pickle
 import sqlite3
 import threading
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+from envs.records import RecordFormatError, decode, encode
+
 
 def namespace_of(*parts: Any) -> str:
     """A short stable hash of whatever determines the outcomes (reasoner fingerprint, env config…)."""
     blob = json.dumps(parts, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
+
+
+class TrajectoryCacheError(ValueError):
+    """The cache file cannot be read or written (not SQLite, corrupted, a record that does not decode)."""
 
 
 class TrajectoryCache:
@@ -63,8 +72,8 @@ class TrajectoryCache:
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute("CREATE TABLE IF NOT EXISTS steps (key TEXT PRIMARY KEY, value BLOB NOT NULL)")
         except sqlite3.DatabaseError as e:
-            raise ValueError(f"trajectory cache {self.path} is not a usable SQLite file ({e}); delete it to start "
-                             "a fresh cache") from e
+            raise TrajectoryCacheError(f"trajectory cache {self.path} is not a usable SQLite file ({e}); delete it "
+                                       "to start a fresh cache") from e
         self._db = db
 
     def __getstate__(self) -> dict[str, Any]:  # picklable for Ray: reconnect on the other side
@@ -91,12 +100,18 @@ class TrajectoryCache:
                 return self.lru[k]
             row = None
             if self._db is not None:
-                row = self._db.execute("SELECT value FROM steps WHERE key = ?", (k,)).fetchone()
+                try:
+                    row = self._db.execute("SELECT value FROM steps WHERE key = ?", (k,)).fetchone()
+                except sqlite3.DatabaseError as e:
+                    raise self._error("read", e) from e
             if row is None:
                 self.misses += 1
                 return None
             self.hits += 1
-            value = pickle.loads(row[0])
+            try:
+                value = decode(row[0])
+            except RecordFormatError as e:
+                raise TrajectoryCacheError(f"trajectory cache {self.path}: record {k!r}: {e}") from e
             self._remember(k, value)
             return value
 
@@ -106,8 +121,14 @@ class TrajectoryCache:
         with self._lock:
             self._remember(k, value)
             if self._db is not None:
-                self._db.execute("INSERT OR REPLACE INTO steps (key, value) VALUES (?, ?)",
-                                 (k, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)))
+                try:
+                    self._db.execute("INSERT OR REPLACE INTO steps (key, value) VALUES (?, ?)", (k, encode(value)))
+                except sqlite3.DatabaseError as e:
+                    raise self._error("write", e) from e
+
+    def _error(self, what: str, e: Exception) -> TrajectoryCacheError:
+        return TrajectoryCacheError(f"trajectory cache {self.path}: cannot {what} ({e}); the file is damaged — delete "
+                                    "it (records are regenerated) or restore it from a copy")
 
     def _remember(self, k: str, value: Any) -> None:
         self.lru[k] = value

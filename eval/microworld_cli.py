@@ -67,13 +67,12 @@ def _eval(args) -> int:
 
 
 def _info(args) -> int:
-    from envs.microworld.artifact import default_artifact_path
+    from envs.microworld.artifact import default_artifact_path, verify_artifact
 
     path = Path(args.artifact) if args.artifact else default_artifact_path()
-    man = path / "manifest.json"
-    if not man.is_file():
-        raise FileNotFoundError(f"no micro-world artifact at {path}; build one with `kairos microworld build`")
-    print(json.dumps(json.loads(man.read_text()), indent=2))
+    manifest = verify_artifact(path)  # a corrupt or edited artifact is an error, never printed as if it were fine
+    print(json.dumps(manifest, indent=2))
+    print(f"verified: {len(manifest.get('files', {}))} files match their SHA-256 ({path})")
     if (path / "metrics.json").is_file():
         print(json.dumps(json.loads((path / "metrics.json").read_text()), indent=2))
     return 0

@@ -50,3 +50,91 @@ def test_corrupt_file_is_a_clear_error(tmp_path):
     p.write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(ValueError, match="not a usable SQLite file"):
         TrajectoryCache(p, "ns")
+
+
+def test_records_are_not_pickled_and_a_pickle_is_never_loaded(tmp_path):
+    """A cache file from shared storage must not run code when read: records are encoded JSON; a planted pickle is
+    refused with a clear error and its payload never runs."""
+    import sqlite3
+
+    from envs.trajectory_cache import TrajectoryCacheError
+
+    p = tmp_path / "c.sqlite"
+    c = TrajectoryCache(p, "ns")
+    c.put("q", (0,), {"h": np.ones(2, dtype=np.float16), "t": (1, 2)})
+    raw = sqlite3.connect(p).execute("SELECT value FROM steps").fetchone()[0]
+    assert raw.startswith(b"KRJ1") and b"numpy" not in raw
+
+    marker = tmp_path / "pwned"
+
+    class Payload:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    db = sqlite3.connect(p)
+    db.execute("INSERT OR REPLACE INTO steps VALUES (?, ?)", ("ns|evil|", pickle.dumps(Payload())))
+    db.commit()
+    with pytest.raises(TrajectoryCacheError, match=r"c\.sqlite: record 'ns\|evil\|': not a Kairos record"):
+        TrajectoryCache(p, "ns").get("evil", ())
+    assert not marker.exists()
+
+
+def test_step_records_round_trip_exactly():
+    from envs.records import decode, encode
+    from envs.retrieval_env import StepRecord
+
+    rec = StepRecord(text="Step 1 : a .", content="a .", is_answer=False, n_tokens=4, seconds=0.1 + 0.2,
+                     features={"step_embedding": np.linspace(0, 1, 5).astype(np.float16),
+                               "output": np.array([np.nan, np.inf, -1e-30], dtype=np.float32)},
+                     signals={"minprob": 0.123456789012345}, mask={"output": 1.0},
+                     before={"question": "Q", "front": (), "steps": ("s",), "ids": [1, 2], "done": False},
+                     evidence=("e1",), passage_ids=("F1",))
+    back = decode(encode(rec))
+    assert isinstance(back, StepRecord) and back.seconds == rec.seconds and back.evidence == ("e1",)
+    assert back.features["step_embedding"].dtype == np.float16
+    np.testing.assert_array_equal(back.features["step_embedding"], rec.features["step_embedding"])
+    np.testing.assert_array_equal(back.features["output"], rec.features["output"])
+    assert back.before["steps"] == ("s",) and back.signals == rec.signals
+
+
+def test_a_damaged_cache_mid_run_is_a_clear_error(tmp_path):
+    from envs.trajectory_cache import TrajectoryCacheError
+
+    p = tmp_path / "c.sqlite"
+    c = TrajectoryCache(p, "ns", lru_size=1)
+    for i in range(50):
+        c.put("q", (i,), {"x": "y" * 500})
+    c.close()
+    data = bytearray(p.read_bytes())
+    data[4096:12288] = b"\xff" * 8192  # overwrite pages after the header
+    p.write_bytes(bytes(data))
+    reader = TrajectoryCache(p, "ns", lru_size=1)
+    with pytest.raises(TrajectoryCacheError, match=r"c\.sqlite: cannot read .*delete it"):
+        for i in range(50):
+            reader.get("q", (i,))
+
+
+def test_namespace_holds_content_not_paths(tmp_path):
+    """A moved copy of the artifact (or a clone elsewhere) shares the cache; a retrained probe in the same folder
+    does not replay stale scores."""
+    import shutil
+
+    from envs.components import build_components
+    from envs.env_config import EnvConfig
+    from envs.microworld.artifact import default_artifact_path
+
+    art = default_artifact_path()
+    moved = tmp_path / "moved_world"
+    shutil.copytree(art, moved)
+    base = build_components(EnvConfig(split="dev", max_questions=2)).namespace
+    assert build_components(EnvConfig(split="dev", max_questions=2, artifact=str(moved))).namespace == base
+
+    probe = tmp_path / "probe"
+    shutil.copytree(art / "probes" / "pulse", probe)
+    with_probe = build_components(EnvConfig(split="dev", max_questions=2, probes={"p": str(probe)})).namespace
+    w = probe / "weights.safetensors"
+    w.write_bytes(w.read_bytes())  # same bytes, other mtime: same namespace
+    assert build_components(EnvConfig(split="dev", max_questions=2, probes={"p": str(probe)})).namespace == with_probe
+    meta = probe / "probe.json"
+    meta.write_text(meta.read_text().replace('"threshold"', '"threshold" ', 1))  # "retrained": other bytes
+    assert build_components(EnvConfig(split="dev", max_questions=2, probes={"p": str(probe)})).namespace != with_probe

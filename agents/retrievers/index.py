@@ -36,7 +36,7 @@ from typing import Any
 from agents.retrievers.base import IndexCorruptError, IndexMismatchError, IndexMissingError
 from envs.config import ConfigBase
 from envs.data.types import Corpus, Passage
-from envs.io import write_json
+from envs.io import sha256_file, write_json
 from envs.registry import Registry
 
 log = logging.getLogger(__name__)
@@ -173,6 +173,7 @@ def build_index(kind: str, corpus: Corpus, out: str | Path, config: ConfigBase |
         "build": {"built_at": built_at, "seconds": round(seconds, 3), "cpu_seconds": round(cpu_seconds, 3),
                   "versions": _versions(kind)},
         "files": files,
+        "sha256": {rel: sha256_file(out / rel) for rel in files},  # content, checked on every load
         "size_bytes": sum(files.values()),
         "probe": {"k": probe_k, "ids": probe_ids, "ranks": ranks},
     }
@@ -228,8 +229,10 @@ def verify_corpus(manifest: dict[str, Any], corpus: Corpus, path: str | Path = "
 
 
 def verify_files(manifest: dict[str, Any], path: str | Path) -> None:
-    """Raise :class:`IndexCorruptError` when an index file is missing or has another size than at build time."""
+    """Raise :class:`IndexCorruptError` when an index file is missing, or has another size or content (SHA-256)
+    than at build time. (Manifests written before content hashes existed are checked by size only.)"""
     path = Path(path)
+    hashes = manifest.get("sha256") or {}
     for rel, size in manifest["files"].items():
         f = path / rel
         if not f.is_file():
@@ -238,6 +241,9 @@ def verify_files(manifest: dict[str, Any], path: str | Path) -> None:
         if f.stat().st_size != size:
             raise IndexCorruptError(f"{path}: index file {rel} has {f.stat().st_size} bytes, {size} at build "
                                     f"time; rebuild with {_rebuild_hint(manifest, path)}")
+        if rel in hashes and sha256_file(f) != hashes[rel]:
+            raise IndexCorruptError(f"{path}: index file {rel} changed since the build (content hash differs, same "
+                                    f"size); rebuild with {_rebuild_hint(manifest, path)}")
 
 
 def load_index(path: str | Path, corpus: Corpus | None = None, *, verify: bool = True, probe: bool = True,

@@ -93,21 +93,10 @@ def save_artifact(world: MicroWorld, out_dir: str | Path, metrics: dict[str, Any
     return out
 
 
-def load_artifact(path: str | Path | None = None, verify: bool = True, threads: int | None = 1) -> MicroWorld:
-    """Load a micro-world artifact; a missing or corrupt one is an :class:`ArtifactError` saying what to do.
-
-    Args:
-        path: artifact directory (default: :func:`default_artifact_path`).
-        verify: check every file's sha256 against the manifest.
-        threads: ``torch.set_num_threads`` for inference (1 is fastest on small shared machines).
-    """
-    import torch
-    from safetensors.torch import load_file
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from envs.microworld.tokenizer import WordTokenizer
-
-    path = Path(path) if path is not None else default_artifact_path()
+def verify_artifact(path: str | Path, checksums: bool = True) -> dict[str, Any]:
+    """The manifest of the artifact at ``path`` after checking its format and that every listed file exists and
+    (``checksums``) has the SHA-256 the build recorded; an :class:`ArtifactError` names what is wrong."""
+    path = Path(path)
     man_path = path / "manifest.json"
     if not man_path.is_file():
         raise ArtifactError(f"no micro-world artifact at {path} (missing manifest.json); "
@@ -123,8 +112,27 @@ def load_artifact(path: str | Path | None = None, verify: bool = True, threads: 
         f = path / rel
         if not f.is_file():
             raise ArtifactError(f"{path}: file '{rel}' listed in the manifest is missing")
-        if verify and sha256_file(f) != digest:
+        if checksums and sha256_file(f) != digest:
             raise ArtifactError(f"{f}: checksum mismatch (corrupt or edited); rebuild the artifact")
+    return manifest
+
+
+def load_artifact(path: str | Path | None = None, verify: bool = True, threads: int | None = 1) -> MicroWorld:
+    """Load a micro-world artifact; a missing or corrupt one is an :class:`ArtifactError` saying what to do.
+
+    Args:
+        path: artifact directory (default: :func:`default_artifact_path`).
+        verify: check every file's sha256 against the manifest.
+        threads: ``torch.set_num_threads`` for inference (1 is fastest on small shared machines).
+    """
+    import torch
+    from safetensors.torch import load_file
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from envs.microworld.tokenizer import WordTokenizer
+
+    path = Path(path) if path is not None else default_artifact_path()
+    manifest = verify_artifact(path, checksums=verify)
     try:
         cfg = BuildConfig.from_dict(json.loads((path / "build_config.json").read_text()))
         kb = KnowledgeBase.from_dict(json.loads((path / "kb.json").read_text()))

@@ -75,6 +75,9 @@ def test_missing_and_corrupt_artifacts_are_clear_errors(tmp_path, tiny_world):
         f.write(b"\x00\x01\x02\x03")
     with pytest.raises(ArtifactError, match="checksum mismatch"):
         load_artifact(bad)
+    info = subprocess.run([sys.executable, "-m", "eval", "microworld", "info", "--artifact", str(bad)],
+                          capture_output=True, text=True)  # `info` verifies before it prints
+    assert info.returncode != 0 and "checksum mismatch" in info.stderr and '"files"' not in info.stdout
     (bad / "kb.json").unlink()
     with pytest.raises(ArtifactError, match="'kb.json' listed in the manifest is missing"):
         load_artifact(bad)

@@ -76,8 +76,21 @@ def test_deleted_or_resized_file(built, capitals):
         load_index(out, capitals)
 
 
-def test_same_size_damage_is_caught_by_the_probe(built, capitals):
+def test_same_size_edit_is_caught_by_the_content_hash(built, capitals):
     out, manifest = built
+    data = next(out / f for f in manifest["files"] if f.endswith("data.csc.index.npy"))
+    arr = np.load(data)
+    arr[0] *= 1.5  # same size, one score edited: the probe still passes, the ranking differs
+    np.save(data, arr)
+    with pytest.raises(IndexCorruptError, match="changed since the build \\(content hash differs, same size\\)"):
+        load_index(out, capitals)
+
+
+def test_same_size_damage_is_caught_by_the_probe_without_hashes(built, capitals):
+    out, manifest = built
+    m = json.loads((out / MANIFEST).read_text())
+    del m["sha256"]  # a manifest written before content hashes
+    (out / MANIFEST).write_text(json.dumps(m))
     data = next(out / f for f in manifest["files"] if f.endswith("data.csc.index.npy"))
     arr = np.load(data)
     np.save(data, np.zeros_like(arr))  # same size, every score zero
