@@ -39,7 +39,8 @@ from envs.io import atomic_open, write_json
 
 log = logging.getLogger(__name__)
 
-__all__ = ["plot_pareto", "plot_accuracy_ci", "render_markdown", "render_html", "write_report"]
+__all__ = ["markdown_table", "plot_pareto", "plot_accuracy_ci", "render_markdown", "render_html",
+           "write_report"]
 
 DASH = "–"
 KIND_MARKERS = {"baseline": "o", "fixed": "o", "learned": "*", "random": "x", "oracle": "D"}
@@ -399,6 +400,30 @@ def _md_cell(s: str) -> str:
     return s.replace("|", "\\|").replace("\n", " ")
 
 
+def markdown_table(headers: Sequence[Any], rows: Sequence[Sequence[Any]], align: Sequence[str] | None = None) -> str:
+    """A Markdown (GFM) table, no trailing newline: the one table helper of the benchmark reports.
+
+    Cells are ``str()``-ed, except floats: ``f"{v:.3f}"`` below 100 in magnitude, ``f"{v:.0f}"`` from 100 on.
+    Cells are not escaped. ``align`` is one delimiter per column (``"---"``, ``"--:"``, ``":-:"``, ...); by
+    default the first column is left-aligned and the others right-aligned.
+
+    Example:
+        >>> print(markdown_table(["name", "value"], [["a", 0.12345], ["b", 1234.4]]))
+        | name | value |
+        |---|--:|
+        | a | 0.123 |
+        | b | 1234 |
+    """
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:.3f}" if abs(v) < 100 else f"{v:.0f}"
+        return str(v)
+
+    align = list(align) if align is not None else ["---"] + ["--:"] * (len(headers) - 1)
+    lines = ["| " + " | ".join(cell(h) for h in headers) + " |", "|" + "|".join(align) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows])
+
+
 def render_markdown(summary: Mapping[str, Any], plots: Mapping[str, str]) -> str:
     """The report as GitHub-flavoured Markdown.
 
@@ -420,10 +445,8 @@ def render_markdown(summary: Mapping[str, Any], plots: Mapping[str, str]) -> str
         elif b[0] == "table":
             headers, rows, numeric = b[1], b[2], b[3]
             align = ["---:" if i in numeric else "---" for i in range(len(headers))]
-            lines.append("| " + " | ".join(_md_cell(h) for h in headers) + " |")
-            lines.append("|" + "|".join(align) + "|")
-            lines += ["| " + " | ".join(_md_cell(c) for c in r) + " |" for r in rows]
-            lines.append("")
+            lines += [markdown_table([_md_cell(h) for h in headers], [[_md_cell(c) for c in r] for r in rows], align),
+                      ""]
         elif b[0] == "img":
             alt = PLOT_CAPTIONS.get(b[1], b[1])
             lines += [f"![{alt}]({plots[b[1]]})", ""]

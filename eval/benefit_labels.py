@@ -115,7 +115,7 @@ def summarize(path: str | Path, n_boot: int = 1000) -> dict[str, Any]:
     (AUROC of ``benefit > 0`` with a question-level bootstrap CI)."""
     import numpy as np
 
-    from policies.probes.metrics import auroc, bootstrap_auroc_ci
+    from eval.stats import auroc, bootstrap_auroc_ci
 
     rows = [json.loads(x) for x in Path(path).read_text(encoding="utf-8").splitlines() if x.strip()]
     steps = [(r["question_index"], s) for r in rows for s in r["steps"]]

@@ -365,14 +365,10 @@ def _environment() -> dict[str, Any]:
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> str:
-    def fmt(v: Any) -> str:
-        if isinstance(v, float):
-            return f"{v:.3f}" if abs(v) < 100 else f"{v:.0f}"
-        return str(v)
+    """:func:`eval.bench_report.markdown_table` with every column left-aligned (this report's layout)."""
+    from eval.bench_report import markdown_table
 
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    lines += ["| " + " | ".join(fmt(v) for v in r) + " |" for r in rows]
-    return "\n".join(lines)
+    return markdown_table(headers, rows, align=["---"] * len(headers))
 
 
 def format_markdown(result: dict[str, Any]) -> str:

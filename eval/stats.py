@@ -1,11 +1,20 @@
 """Question-level statistics for comparing retrieval policies on a benchmark.
 
+This module is the one place evaluation code imports resampling, confidence intervals and ROC / detection
+metrics from. The grouped bootstrap (:func:`group_bootstrap_indices`), the percentile interval
+(:func:`percentile_interval`), :func:`roc_curve`, :func:`auroc` and the other detection metrics are defined in
+:mod:`policies.probes.metrics` (probe fitting needs them, below eval in the layer order) and re-exported here.
+
 Every per-question array passed to these functions is aligned on the same questions (index ``i`` is the
 same question for every method), so comparisons are *paired*: the bootstrap resamples question indices
 once and applies them to both methods, and McNemar's test counts the questions on which exactly one of the
 two methods is right.
 
 * :func:`bootstrap_mean_ci`, :func:`paired_bootstrap`: percentile bootstrap of a mean / a paired difference.
+* :func:`group_bootstrap_indices`, :func:`percentile_interval`: question-level (grouped) resamples and
+  the NaN-dropping percentile interval of replicate statistics.
+* :func:`auroc`, :func:`average_precision`, :func:`roc_curve`, :func:`binary_stats`,
+  :func:`youden_threshold`, :func:`bootstrap_auroc_ci`, :func:`evaluate_detector`: detection metrics.
 * :func:`mcnemar_exact`: exact (binomial) McNemar test on per-question correctness.
 * :func:`holm`: Holm–Bonferroni step-down adjustment of a family of p-values.
 * :func:`pareto_frontier`, :func:`accuracy_at_budget`, :func:`dominance`: cost/accuracy operating points
@@ -22,6 +31,27 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from policies.probes.metrics import (
+    auroc,
+    average_precision,
+    binary_stats,
+    bootstrap_auroc_ci,
+    evaluate_detector,
+    group_bootstrap_indices,
+    percentile_interval,
+    roc_curve,
+    youden_threshold,
+)
+
+__all__ = [
+    # detection metrics and resampling (defined in policies.probes.metrics)
+    "auroc", "average_precision", "binary_stats", "bootstrap_auroc_ci", "evaluate_detector",
+    "group_bootstrap_indices", "percentile_interval", "roc_curve", "youden_threshold",
+    # question-level comparisons
+    "bootstrap_mean_ci", "paired_bootstrap", "gap_fraction", "mcnemar_exact", "holm", "pareto_frontier",
+    "accuracy_at_budget", "dominance", "compare_methods",
+]
 
 log = logging.getLogger(__name__)
 
@@ -104,9 +134,7 @@ def _resampled_means(x: np.ndarray, n_resamples: int, rng: np.random.Generator) 
 
 
 def _percentile_ci(stats: np.ndarray, ci: float) -> tuple[float, float]:
-    alpha = 1.0 - ci
-    lo, hi = np.quantile(stats, [alpha / 2.0, 1.0 - alpha / 2.0])
-    return float(lo), float(hi)
+    return percentile_interval(stats, ci)
 
 
 def bootstrap_mean_ci(x: Any, n_resamples: int = 10_000, seed: int = 0, ci: float = 0.95) -> dict:

@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 from envs.microworld.artifact import artifact_fingerprint
-from eval.detection_bench import DETECTORS, METRICS, DetectionBenchConfig, bootstrap_indices, run_bench
+from eval.detection_bench import run_bench
+from eval.detection_data import DETECTORS, METRICS, DetectionBenchConfig
+from eval.stats import group_bootstrap_indices
 from policies.probes.dataset import StepDataset, dataset_cache_path, select_questions
 
 KINDS = ("mislearned", "conflicting", "unseen", "evidence_only")
@@ -98,11 +100,11 @@ def test_end_to_end_outputs_metrics_and_cis(tiny_world, seeded_cache, tmp_path, 
 
 def test_bootstrap_resamples_whole_questions():
     groups = np.array(["a", "a", "b", "c", "c", "c"])
-    for idx in bootstrap_indices(groups, 20, seed=0):
+    for idx in group_bootstrap_indices(groups, 20, seed=0):
         assert len(idx) in range(3, 10)
         for g in np.unique(groups[idx]):  # a question is drawn with all its steps (a multiple of its size)
             assert (groups[idx] == g).sum() % (groups == g).sum() == 0
-    a, b = bootstrap_indices(groups, 5, 1), bootstrap_indices(groups, 5, 1)
+    a, b = group_bootstrap_indices(groups, 5, 1), group_bootstrap_indices(groups, 5, 1)
     assert all(np.array_equal(x, y) for x, y in zip(a, b))
 
 
@@ -161,7 +163,7 @@ def test_unknown_split_api_refusal_and_help(tmp_path, capsys):
 
 def test_shifted_split_needs_its_artifact_and_the_same_lm_shape(tmp_path, tiny_world):
     from envs.microworld.artifact import load_artifact
-    from eval.detection_bench import shifted_test_steps
+    from eval.detection_data import shifted_test_steps
 
     world = load_artifact()
     cfg = DetectionBenchConfig(splits=["shifted"], shifted_artifact=str(tmp_path / "nowhere"), progress=False)

@@ -1,4 +1,8 @@
-"""Detection metrics in numpy (DESIGN §8): AUROC, PR-AUC, F1 / precision / recall, bootstrap CI, Youden's J.
+"""Detection metrics in numpy (DESIGN §8): AUROC, PR-AUC, ROC curve, F1 / precision / recall, Youden's J, and
+the resampling they share: grouped (question-level) bootstrap indices and a NaN-dropping percentile interval.
+
+They live here, below eval, because probe fitting (this layer) needs AUROC; evaluation code imports them via
+:mod:`eval.stats`.
 
 Convention: ``labels`` are 1 for an erroneous step (the positive class) and ``scores`` are "higher = more
 likely an error"; pass ``higher_is_error=False`` to :func:`evaluate_detector` for signals such as MaxProb,
@@ -17,7 +21,6 @@ import math
 from typing import Any
 
 import numpy as np
-from scipy.stats import rankdata
 
 
 def _xy(labels, scores) -> tuple[np.ndarray, np.ndarray]:
@@ -36,6 +39,8 @@ def auroc(labels, scores) -> float:
     n_pos, n_neg = int(y.sum()), int((~y).sum())
     if n_pos == 0 or n_neg == 0:
         return math.nan
+    from scipy.stats import rankdata  # here, not at import: eval.stats re-exports this module
+
     r = rankdata(s)
     return float((r[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
@@ -87,9 +92,61 @@ def youden_threshold(labels, scores) -> float:
     return float(s_sorted[last][int(np.argmax(tpr - fpr))])
 
 
+def roc_curve(y, o) -> tuple[np.ndarray, np.ndarray]:
+    """False- and true-positive rates over every distinct threshold of oriented scores ``o`` (higher = error),
+    each starting at 0.
+
+    Example:
+        >>> [a.tolist() for a in roc_curve(np.array([0, 1, 1]), np.array([0.2, 0.9, 0.2]))]
+        [[0.0, 0.0, 1.0], [0.0, 0.5, 1.0]]
+    """
+    y, o = np.asarray(y), np.asarray(o)
+    order = np.argsort(-o, kind="mergesort")
+    s, yy = o[order], y[order].astype(bool)
+    last = np.r_[np.nonzero(np.diff(s))[0], s.size - 1]
+    tpr = np.cumsum(yy)[last] / max(1, yy.sum())
+    fpr = np.cumsum(~yy)[last] / max(1, (~yy).sum())
+    return np.r_[0.0, fpr], np.r_[0.0, tpr]
+
+
+def group_bootstrap_indices(groups, n_boot: int, seed: int) -> list[np.ndarray]:
+    """``n_boot`` resamples of item indices, drawing whole groups (e.g. questions) with replacement.
+
+    Groups are ordered by their ``str`` form; a group's members keep their input order. The same
+    ``(groups, n_boot, seed)`` always gives the same resamples.
+
+    Example:
+        >>> [len(i) % 2 for i in group_bootstrap_indices(["a", "a", "b", "b"], 3, seed=0)]
+        [0, 0, 0]
+    """
+    uniq, inv = np.unique(np.asarray(groups).astype(str), return_inverse=True)
+    order = np.argsort(inv, kind="stable")
+    starts = np.r_[0, np.cumsum(np.bincount(inv, minlength=uniq.size))]
+    members = [order[starts[i]: starts[i + 1]] for i in range(uniq.size)]
+    rng = np.random.default_rng(seed)
+    return [np.concatenate([members[i] for i in rng.integers(0, uniq.size, uniq.size)]) for _ in range(n_boot)]
+
+
+def percentile_interval(values, level: float = 0.95) -> tuple[float, float]:
+    """The ``(1 - level) / 2`` and ``(1 + level) / 2`` percentiles (linear interpolation) of ``values``,
+    NaN values dropped; ``(nan, nan)`` when none is left.
+
+    Example:
+        >>> percentile_interval([0.0, 1.0, float("nan"), 2.0], level=0.5)
+        (0.5, 1.5)
+    """
+    v = np.asarray(values, dtype=np.float64).reshape(-1)
+    v = v[~np.isnan(v)]
+    if v.size == 0:
+        return math.nan, math.nan
+    lo, hi = np.percentile(v, [100 * (1 - level) / 2, 100 * (1 + level) / 2])
+    return float(lo), float(hi)
+
+
 def bootstrap_auroc_ci(labels, scores, groups=None, n_boot: int = 1000, seed: int = 0,
                        level: float = 0.95) -> tuple[float, float]:
-    """Percentile bootstrap CI of AUROC, resampling whole groups (questions) with replacement.
+    """Percentile bootstrap CI of AUROC, resampling whole groups (questions) with replacement
+    (:func:`group_bootstrap_indices`, :func:`percentile_interval`).
 
     Args:
         labels, scores: per step.
@@ -100,20 +157,7 @@ def bootstrap_auroc_ci(labels, scores, groups=None, n_boot: int = 1000, seed: in
     """
     y, s = _xy(labels, scores)
     g = np.arange(y.size) if groups is None else np.asarray(groups)
-    uniq, inv = np.unique(g, return_inverse=True)
-    members = [np.nonzero(inv == i)[0] for i in range(uniq.size)]
-    rng = np.random.default_rng(seed)
-    vals = []
-    for _ in range(n_boot):
-        pick = rng.integers(0, uniq.size, uniq.size)
-        idx = np.concatenate([members[i] for i in pick])
-        v = auroc(y[idx], s[idx])
-        if not math.isnan(v):
-            vals.append(v)
-    if not vals:
-        return math.nan, math.nan
-    lo, hi = np.percentile(vals, [100 * (1 - level) / 2, 100 * (1 + level) / 2])
-    return float(lo), float(hi)
+    return percentile_interval([auroc(y[idx], s[idx]) for idx in group_bootstrap_indices(g, n_boot, seed)], level)
 
 
 def evaluate_detector(labels, scores, groups=None, threshold: float | None = None, higher_is_error: bool = True,

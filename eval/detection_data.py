@@ -1,0 +1,309 @@
+"""Settings, splits, datasets and detectors of ``kairos bench detection`` (:mod:`eval.detection_bench`).
+
+The benchmark's configuration and constants (splits, detectors, metrics), the labelled step datasets of each
+split (micro-world train / test questions, the shifted world, HotpotQA retrieval-benefit labels) and the probe
+fitting of the learned detectors. :mod:`eval.detection_bench` runs and scores them; :mod:`eval.detection_report`
+formats the result.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from envs.config import ConfigBase, ConfigError, helpf
+
+#: implemented splits -> description
+SPLITS = {
+    "question": "probes trained on steps of the artifact's train questions, tested on steps of its test questions",
+    "entity": "test steps are about subjects (held out, seeded) that no training step is about",
+    "shifted": "probes fitted as in (a), tested on a shifted micro-world (other KB seed, relation mix and LM)",
+    "hotpotqa": "SmolLM2-135M on HotpotQA dev, retrieval-benefit labels, train / test by question",
+}
+#: splits run on the micro-world artifact (the others bring their own data)
+MICRO_SPLITS = ("question", "entity", "shifted")
+SPLIT_LABELS = {"question": "(a) question", "entity": "(a') entity-disjoint", "shifted": "(b) shifted world",
+                "hotpotqa": "(c) HotpotQA benefit"}
+
+#: detector -> (label, learned?, higher score = more likely an error)
+DETECTORS: dict[str, tuple[str, bool, bool]] = {
+    "pulse": ("PUlSE probe", True, True),
+    "reprobe": ("ReProbe", True, True),
+    "coe_r": ("CoE-R", False, False),
+    "coe_c": ("CoE-C", False, False),
+    "ppl": ("PPL", False, True),
+    "maxprob": ("MaxProb", False, False),
+    "entropy": ("Entropy", False, True),
+    "minprob": ("MinProb", False, False),
+    "ref_last_layer": ("ref: last-layer state probe", True, True),
+    "ref_step_meta": ("ref: step index + length probe", True, True),
+}
+#: error kinds reported first (others found in the data follow)
+KIND_ORDER = ("mislearned", "conflicting", "unseen", "evidence_only")
+HEDGE_RE = re.compile(r"\b(may|might|could|unclear|uncertain|not clear|possibly|perhaps|suggest\w*)\b", re.I)
+METRICS = ("auroc", "pr_auc", "f1", "precision", "recall")
+
+
+@dataclass
+class DetectionBenchConfig(ConfigBase):
+    """Settings of ``kairos bench detection``."""
+
+    artifact: str = helpf("", "micro-world artifact directory (default: the shipped one)")
+    out: str = helpf("runs/bench/detection", "output directory (Markdown, JSON, ROC PNG)")
+    splits: list[str] = helpf(["question", "entity"], "splits: question, entity, shifted, hotpotqa")
+    shifted_artifact: str = helpf("envs/microworld/artifacts/shifted", "the shifted world of split 'shifted'")
+    n_train_questions: int = helpf(1500, "hop-balanced questions of the artifact's train split (probe training)")
+    n_test_questions: int = helpf(600, "hop-balanced questions of the artifact's test split (evaluation)")
+    train_split: str = helpf("train", "artifact question split the probes and thresholds are fitted on")
+    test_split: str = helpf("test", "artifact question split evaluated on")
+    val_frac: float = helpf(0.3, "validation share of the train part (questions; steps for the entity split)")
+    entity_test_frac: float = helpf(0.3, "entity split: share of the test-question steps whose subjects are held out")
+    benefit_labels: str = helpf("runs/labels/hotpotqa_benefit.jsonl", "split 'hotpotqa': the retrieval-benefit "
+                                "label JSONL (python -m eval.benefit_labels)")
+    benefit_config: str = helpf("configs/bench_hotpotqa_bm25.yaml", "split 'hotpotqa': the bench / env YAML the "
+                                "labels were made with")
+    benefit_split: str = helpf("dev[0:500:2]", "split 'hotpotqa': the env question split the labels were made on")
+    benefit_test_frac: float = helpf(0.3, "split 'hotpotqa': share of the labelled questions held out for test")
+    benefit_folds: int = helpf(5, "split 'hotpotqa': k-fold cross-validation by question (every labelled question "
+                               "tested once); 1 = one held-out part of benefit_test_frac")
+    benefit_batch: int = helpf(8, "split 'hotpotqa': questions regenerated together for the hidden states")
+    layers: str = helpf("chosen", "PUlSE layer interval 'a,b', or 'chosen' (best validation AUROC)")
+    interval_search: str = helpf("all", "intervals tried for 'chosen': all (every [a,b]) | named "
+                                 "(early, middle, late, whole, design default)")
+    ablations: bool = helpf(True, "PUlSE ablations (parts, layer intervals)")
+    probe_threshold: str = helpf("0.5", "learned probes' threshold on p(error): a number, or 'val' "
+                                 "(Youden's J on validation)")
+    n_boot: int = helpf(1000, "question-level bootstrap resamples for the 95 percent CIs")
+    seed: int = helpf(0, "seed of question sampling, splits, probe initialisation and the bootstrap")
+    cache_dir: str = helpf("", "step-dataset cache directory (default $KAIROS_CACHE/steps)")
+    threads: int = helpf(1, "torch threads")
+    max_epochs: int = helpf(200, "probe training: maximum epochs")
+    patience: int = helpf(20, "probe training: early-stopping patience (epochs)")
+    reprobe_max_epochs: int = helpf(200, "ReProbe: maximum epochs (an epoch costs ~25x an MLP epoch; lower it for "
+                                    "quick runs)")
+    progress: bool = helpf(True, "show rich progress bars (stderr)")
+
+    def validate(self) -> None:
+        if not self.splits:
+            raise ConfigError("DetectionBenchConfig: no split asked for")
+        for s in self.splits:
+            if s not in SPLITS:
+                raise ConfigError(f"DetectionBenchConfig: unknown split '{s}' (valid: {', '.join(SPLITS)})")
+        if self.interval_search not in ("all", "named"):
+            raise ConfigError(f"DetectionBenchConfig: interval_search must be all | named, got '{self.interval_search}'")
+        if self.layers != "chosen":
+            from policies.probes.pipeline import parse_layers
+
+            parse_layers(self.layers)
+        if self.probe_threshold != "val":
+            try:
+                float(self.probe_threshold)
+            except ValueError as e:
+                raise ConfigError(f"DetectionBenchConfig: probe_threshold must be a number or 'val', "
+                                  f"got '{self.probe_threshold}'") from e
+        for name in ("val_frac", "entity_test_frac", "benefit_test_frac"):
+            if not 0 < getattr(self, name) < 1:
+                raise ConfigError(f"DetectionBenchConfig: {name} must be in (0, 1)")
+        if self.n_boot < 0:
+            raise ConfigError("DetectionBenchConfig: n_boot must be >= 0")
+        if self.benefit_folds < 1:
+            raise ConfigError("DetectionBenchConfig: benefit_folds must be >= 1")
+
+
+
+# ------------------------------------------------------------------------------------------------ data
+
+
+@dataclass
+class SplitData:
+    """One evaluation split: a train part (fit + validation indices into it) and a test part."""
+
+    name: str
+    train: Any        # StepDataset
+    test: Any         # StepDataset
+    fit_idx: np.ndarray
+    val_idx: np.ndarray
+    info: dict[str, Any]
+
+
+def kind_counts(ds) -> dict[str, int]:
+    kinds, counts = np.unique(np.where(ds.labels == 1, ds.error_kinds, "correct"), return_counts=True)
+    return {str(k): int(c) for k, c in zip(kinds, counts)}
+
+
+def make_split(name: str, train_ds, test_ds, cfg: DetectionBenchConfig) -> SplitData:
+    """The train / test parts of split ``name`` (see the module docstring)."""
+    from policies.probes.splits import entity_disjoint_split, group_split
+
+    if name == "hotpotqa":  # one labelled set: hold out whole questions for test
+        tr_idx, te_idx = group_split(train_ds.question_ids, cfg.benefit_test_frac, cfg.seed)
+        train, test = train_ds.subset(tr_idx), train_ds.subset(te_idx)
+        fit_idx, val_idx = group_split(train.question_ids, cfg.val_frac, cfg.seed + 1)
+        extra = {"val_split": "by question", **benefit_label_info(train_ds)}
+    elif name in ("question", "shifted"):
+        train, test = train_ds, test_ds
+        overlap = set(train.question_ids.tolist()) & set(test.question_ids.tolist())
+        if overlap and name == "question":
+            raise ValueError(f"question split: {len(overlap)} questions are in both the train and the test part")
+        fit_idx, val_idx = group_split(train.question_ids, cfg.val_frac, cfg.seed)
+        extra: dict[str, Any] = {"val_split": "by question"}
+        if name == "shifted":
+            extra["test_world"] = test_ds.meta.get("artifact", cfg.shifted_artifact)
+    elif name == "entity":
+        _, te = entity_disjoint_split(test_ds.subjects, cfg.entity_test_frac, cfg.seed)
+        held = set(test_ds.subjects[te].tolist())
+        test = test_ds.subset(te)
+        train = train_ds.subset(np.nonzero(~np.isin(train_ds.subjects, list(held)))[0])
+        if len(train) == 0:
+            raise ValueError("entity split: every train step is about a held-out subject")
+        if set(train.subjects.tolist()) & held:
+            raise ValueError("entity split: a held-out subject appears in the train part")
+        fit_idx, val_idx = entity_disjoint_split(train.subjects, cfg.val_frac, cfg.seed)
+        extra = {"val_split": "entity-disjoint", "held_out_subjects": sorted(held),
+                 "n_subjects_train": int(np.unique(train.subjects).size)}
+    else:
+        raise ValueError(f"unknown split '{name}' (valid: {', '.join(SPLITS)})")
+    info = {"description": SPLITS[name], "train_steps": len(train), "fit_steps": int(len(fit_idx)),
+            "val_steps": int(len(val_idx)), "test_steps": len(test),
+            "train_questions": int(np.unique(train.question_ids).size),
+            "test_questions": int(np.unique(test.question_ids).size),
+            "train_error_rate": float(train.labels.mean()), "test_error_rate": float(test.labels.mean()),
+            "test_kinds": kind_counts(test), "n_subjects_test": int(np.unique(test.subjects).size), **extra}
+    return SplitData(name, train, test, fit_idx, val_idx, info)
+
+
+def benefit_label_info(ds) -> dict[str, Any]:
+    """Where a benefit dataset's labels come from and what "positive" means (split (c) info)."""
+    return {"labels": ds.meta.get("labels"), "label": f"retrieval helps (benefit > {ds.meta.get('min_benefit', 0)})"}
+
+
+def load_datasets(world, cfg: DetectionBenchConfig, progress, only_test: bool = False) -> tuple[Any, Any]:
+    """Labelled steps of the train and test questions, from the step-dataset cache or generated (with a bar)."""
+    from agents.reasoners.micro import MicroReasoner as _Micro
+    from policies.probes.dataset import build_step_dataset
+
+    out: list[Any] = [None] if only_test else []
+    parts = ((cfg.train_split, cfg.n_train_questions), (cfg.test_split, cfg.n_test_questions))
+    for split, n in parts[1:] if only_test else parts:
+        total = min(n, len(world.questions[split])) if n else len(world.questions[split])
+        task = progress.add_task(f"steps of '{split}' questions", total=total)
+
+        class MicroReasoner(_Micro):  # same class name as the product's: the cache key (and cache) is shared
+            def run_chains(self, questions, max_steps=8, front=None, _task=task):
+                chains = super().run_chains(questions, max_steps, front)
+                progress.advance(_task, len(questions))
+                return chains
+
+        ds = build_step_dataset(world, split, n or None, cfg.seed, cfg.cache_dir or None,
+                                reasoner=MicroReasoner(world))
+        progress.update(task, completed=total)
+        out.append(ds)
+    return out[0], out[1]
+
+
+def shifted_test_steps(cfg: DetectionBenchConfig, world, progress) -> tuple[Any, dict[str, Any]]:
+    """Test-question steps of the shifted world (its own LM), and a description of it."""
+    from envs.microworld.artifact import load_artifact
+
+    path = Path(cfg.shifted_artifact)
+    if not (path / "manifest.json").is_file():
+        raise FileNotFoundError(f"split 'shifted': no micro-world artifact at {path} (build it with `kairos "
+                                f"microworld build --config configs/microworld_shifted.yaml --out {path}`)")
+    shifted = load_artifact(path, threads=cfg.threads)
+    if (shifted.model.config.num_hidden_layers, shifted.model.config.hidden_size) != (
+            world.model.config.num_hidden_layers, world.model.config.hidden_size):
+        raise ValueError(f"split 'shifted': {path} has another LM shape than {world.path}; PUlSE features would "
+                         "not line up")
+    sub = cfg.replace(train_split=cfg.test_split, n_train_questions=0)
+    _, test = load_datasets(shifted, sub, progress, only_test=True)
+    info = {"artifact": str(path), "seed": shifted.kb.config.seed, "relations": list(shifted.kb.config.relations),
+            "steps": len(test), "error_rate": float(test.labels.mean()), "kinds": kind_counts(test)}
+    return test, info
+
+
+
+def benefit_dataset(cfg: DetectionBenchConfig, progress):
+    """Split (c)'s labelled steps with hidden states (:mod:`policies.probes.benefit_dataset`, cached)."""
+    from envs.env_config import EnvConfig, env_config_from_file
+    from policies.probes.benefit_dataset import benefit_step_dataset
+
+    labels = Path(cfg.benefit_labels)
+    if not labels.is_file():
+        raise FileNotFoundError(f"split 'hotpotqa': no benefit-label file at {labels} (make it with `python -m "
+                                f"eval.benefit_labels --config {cfg.benefit_config} --split '{cfg.benefit_split}' "
+                                f"--out {labels}`)")
+    env_cfg = EnvConfig.from_dict(env_config_from_file(cfg.benefit_config, cfg.benefit_split))
+    n = sum(1 for line in labels.read_text(encoding="utf-8").splitlines() if line.strip())
+    task = progress.add_task("(c) closed-book chains with hidden states", total=n)
+    return benefit_step_dataset(labels, env_cfg, cfg.cache_dir or None, batch=cfg.benefit_batch,
+                                progress=lambda done: progress.update(task, completed=done))
+
+
+# ------------------------------------------------------------------------------------------------ detectors
+
+
+def named_intervals(n_layers: int, model_id: str | None = None) -> dict[str, tuple[int, int]]:
+    """Early / middle / late thirds, the whole stack and the design's default interval over rows 0..n."""
+    from agents.signals.hidden import default_interval
+
+    t1 = max(1, round(n_layers / 3))
+    t2 = min(n_layers, max(t1 + 1, round(2 * n_layers / 3)))
+    late = (t2, n_layers) if t2 < n_layers else (n_layers - 1, n_layers)
+    return {"early": (0, t1), "middle": (t1, t2), "late": late, "whole": (0, n_layers),
+            "default": default_interval(n_layers, model_id)}
+
+
+class ProbeFitter:
+    """Fits one probe kind on a split's fit part (early stopping on validation); scores val and test."""
+
+    def __init__(self, split: SplitData, cfg: DetectionBenchConfig, model_id: str):
+        self.s, self.cfg, self.model_id = split, cfg, model_id
+
+    def features(self, kind: str, ds, layers: tuple[int, int] | None = None, parts: str = "both"):
+        from policies.probes.probe import FeatureSpec
+
+        if kind == "pulse":
+            spec = FeatureSpec("pulse", layers=layers, pooling="mean", parts=parts)
+            return spec, spec.compute(hidden_mean=ds.hidden_mean)
+        if kind == "reprobe":
+            spec = FeatureSpec("reprobe", pooling="last")
+            return spec, spec.compute(hidden_last=ds.hidden_last)
+        if kind == "ref_last_layer":  # the raw (mean-pooled) last-layer state
+            return FeatureSpec("reprobe", pooling="mean", extra="last layer only"), \
+                ds.hidden_mean[:, -1, :].astype(np.float32)
+        if kind == "ref_step_meta":
+            length = np.array([len(c.split()) for c in ds.contents], dtype=np.float32)
+            return FeatureSpec("rsus_proxy", pooling="none", extra="step index + length"), \
+                np.stack([ds.step_index.astype(np.float32), length], axis=1)
+        raise ValueError(f"unknown probe '{kind}'")
+
+    def fit(self, kind: str, layers: tuple[int, int] | None = None, parts: str = "both") -> dict[str, Any]:
+        from policies.probes.probe import FitConfig, default_arch, fit_probe
+
+        spec, X = self.features(kind, self.s.train, layers, parts)
+        _, Xt = self.features(kind, self.s.test, layers, parts)
+        if kind == "reprobe":
+            arch = default_arch(spec, X.shape[1], tuple(self.s.train.hidden_last.shape[1:]))
+        else:
+            arch = {"type": "mlp", "in_dim": int(X.shape[1]), "hidden": [128, 64], "dropout": 0.0}
+        fit = FitConfig(max_epochs=self.cfg.reprobe_max_epochs if kind == "reprobe" else self.cfg.max_epochs,
+                        patience=self.cfg.patience, seed=self.cfg.seed)
+        t0 = time.perf_counter()
+        probe, hist = fit_probe(spec, X, self.s.train.labels, self.s.fit_idx, self.s.val_idx,
+                                model_id=self.model_id, arch=arch, fit=fit)
+        return {"val": probe.predict_proba(X[self.s.val_idx]), "test": probe.predict_proba(Xt),
+                "spec": spec.describe(), "n_features": int(X.shape[1]), "best_epoch": hist["best_epoch"] + 1,
+                "epochs": hist["epochs"], "val_auroc": float(hist["best_val_auroc"]),
+                "seconds": round(time.perf_counter() - t0, 2)}
+
+
+def training_free_scores(ds) -> dict[str, np.ndarray]:
+    """CoE-R, CoE-C, PPL, MaxProb, Entropy, MinProb of every step (native orientation)."""
+    from policies.probes.pipeline import reference_scores
+
+    return reference_scores(ds)

@@ -1,0 +1,189 @@
+"""The report of ``kairos bench detection`` (:mod:`eval.detection_bench`): the ROC figure and the Markdown tables
+of a benchmark result dict (``detection_bench.json``'s content)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from eval.bench_report import markdown_table
+from eval.detection_data import DETECTORS, SPLIT_LABELS
+
+# ------------------------------------------------------------------------------------------------ ROC figure
+
+
+def plot_roc(result: dict[str, Any], path: Path) -> None:
+    """One ROC panel per split, one curve per detector (AUROC in the legend)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    splits = result["splits"]
+    fig, axes = plt.subplots(1, len(splits), figsize=(6.2 * len(splits), 5.6), squeeze=False)
+    colors = plt.get_cmap("tab10").colors
+    for ax, (name, sp) in zip(axes[0], splits.items()):
+        for i, (det, (label, learned, _)) in enumerate(DETECTORS.items()):
+            fpr, tpr = sp["roc"][det]
+            ax.plot(fpr, tpr, color=colors[i % 10], lw=1.6 if learned else 1.2,
+                    ls="-" if learned else "--", label=f"{label} ({sp['detectors'][det]['auroc']:.3f})")
+        ax.plot([0, 1], [0, 1], color="0.7", lw=0.8, ls=":")
+        info = sp["info"]
+        ax.set_title(f"{SPLIT_LABELS[name]} — {info['test_steps']} test steps, "
+                     f"{100 * info['test_error_rate']:.1f}% {'helped' if name == 'hotpotqa' else 'errors'}",
+                     fontsize=10)
+        ax.set_xlabel("false-positive rate")
+        ax.set_ylabel("true-positive rate")
+        ax.legend(fontsize=7.5, loc="lower right")
+        ax.set_aspect("equal")
+    models = [result["model_id"]] if "model_id" in result else []
+    if "hotpotqa" in result["data"]:
+        models.append(result["data"]["hotpotqa"]["model_id"])
+    fig.suptitle(f"Step-error / retrieval-benefit detection ({', '.join(models)})", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name("." + path.name + ".tmp.png")
+    fig.savefig(tmp, dpi=130)
+    plt.close(fig)
+    tmp.replace(path)
+
+# ------------------------------------------------------------------------------------------------ tables
+
+
+def _f(x: float, nd: int = 3) -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}"
+
+
+def _g(x: float | None, spec: str = ".4g") -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def _ci_txt(ci: list[float], nd: int = 3) -> str:
+    return f"[{_f(ci[0], nd)}, {_f(ci[1], nd)}]"
+
+
+def main_table(result: dict[str, Any]) -> str:
+    """Table 1: rows detectors, columns AUROC (95% CI) / PR-AUC / F1 / P / R per split."""
+    headers, rows = ["detector"], []
+    for name in result["splits"]:
+        tag = SPLIT_LABELS[name].split(" ")[0]
+        headers += [f"{tag} AUROC [95% CI]", f"{tag} PR-AUC", f"{tag} F1", f"{tag} P", f"{tag} R"]
+    for det, (label, _, _) in DETECTORS.items():
+        row = [label]
+        for sp in result["splits"].values():
+            d = sp["detectors"][det]
+            row += [f"{_f(d['auroc'])} {_ci_txt(d['auroc_ci95'])}", _f(d["pr_auc"]), _f(d["f1"]),
+                    _f(d["precision"]), _f(d["recall"])]
+        rows.append(row)
+    return markdown_table(headers, rows)
+
+
+def format_markdown(result: dict[str, Any]) -> str:
+    """Every table of the benchmark as Markdown."""
+    cfg, data = result["config"], result["data"]
+    nb = cfg["n_boot"]
+    parts = ["# Step-error detection", ""]
+    if "train" in data:
+        parts += [f"Micro-world artifact `{result['artifact']}` ({result['model_id']}, {data['n_layers']} layers, "
+                  f"width {data['hidden_size']}). Train part: {data['train']['questions']} '{data['train']['split']}' "
+                  f"questions → {data['train']['steps']} steps ({100 * data['train']['error_rate']:.1f}% errors); "
+                  f"test part: {data['test']['questions']} '{data['test']['split']}' questions → "
+                  f"{data['test']['steps']} steps ({100 * data['test']['error_rate']:.1f}% errors). Error = the "
+                  "step's fact is not the KB's (exact labels).", ""]
+    if "hotpotqa" in data:
+        h = data["hotpotqa"]
+        parts += [f"(c) real data: {h['model_id']} ({h['n_layers']} layers, width {h['hidden_size']}) on "
+                  f"'{h['env_split']}' of `{h['config']}`: {h['questions']} labelled questions → {h['steps']} "
+                  f"closed-book steps ({h['label_names']}); positive = retrieving at the step raises the answer's "
+                  f"F1 (retrieval benefit, DESIGN §6; labels `{h['labels']}`). In (c) columns 'error' reads "
+                  "'retrieval helps'.", ""]
+    parts += [f"Thresholds: training-free detectors by Youden's J on each split's train part; learned probes "
+             f"{'by Youden on validation' if cfg['probe_threshold'] == 'val' else 'at p(error) ≥ ' + cfg['probe_threshold']}"
+             f" — never on test. 95% CIs: question-level bootstrap, {nb} resamples, seed {cfg['seed']} "
+             "(the same resamples for every detector).", "",
+             "## Main table (test steps)", ""]
+    for name, sp in result["splits"].items():
+        i = sp["info"]
+        extra = (f"; {len(i['held_out_subjects'])} held-out subjects, {i['n_subjects_train']} train subjects"
+                 if name == "entity" else "")
+        parts.append(f"- **{SPLIT_LABELS[name]}**: {i['description']}. Train {i['train_steps']} steps "
+                     f"(fit {i['fit_steps']}, validation {i['val_steps']}, {i['val_split']}), test "
+                     f"{i['test_steps']} steps of {i['test_questions']} questions "
+                     f"({100 * i['test_error_rate']:.1f}% errors: {i['test_kinds']}){extra}. PUlSE interval "
+                     f"{sp['interval_search']['used']} ({sp['interval_search']['rule']}).")
+    parts += ["", main_table(result), ""]
+    for name, sp in result["splits"].items():
+        parts += [f"### {SPLIT_LABELS[name]}: every metric with its 95% CI, thresholds, ΔAUROC vs PUlSE (paired)", ""]
+        rows = []
+        for det, (label, _, _) in DETECTORS.items():
+            d = sp["detectors"][det]
+            rows.append([label, f"{_f(d['auroc'])} {_ci_txt(d['auroc_ci95'])}",
+                         f"{_f(d['pr_auc'])} {_ci_txt(d['pr_auc_ci95'])}", f"{_f(d['f1'])} {_ci_txt(d['f1_ci95'])}",
+                         f"{_f(d['precision'])} {_ci_txt(d['precision_ci95'])}",
+                         f"{_f(d['recall'])} {_ci_txt(d['recall_ci95'])}", _g(d["threshold"]), _f(d["fire_rate"]),
+                         "–" if det == "pulse" else
+                         f"{_g(d['delta_auroc_vs_pulse'], '+.3f')} {_ci_txt(d['delta_auroc_vs_pulse_ci95'])}"])
+        parts += [markdown_table(["detector", "AUROC", "PR-AUC", "F1", "precision", "recall", "threshold", "fire rate",
+                          "ΔAUROC vs PUlSE"], rows), ""]
+    parts += ["## Per error kind (that kind's errors vs all correct test steps)", "",
+              "AUROC [95% CI] / PR-AUC. The PR-AUC of a random detector equals the set's error ratio.", ""]
+    for name, sp in result["splits"].items():
+        bk = sp["by_error_kind"]
+        if not bk:
+            continue
+        headers = ["detector"] + [f"{k} (n={r['n_errors']}, ratio {r['error_ratio']:.3f})" for k, r in bk.items()]
+        rows = []
+        for det, (label, _, _) in DETECTORS.items():
+            rows.append([label] + [f"{_f(r['detectors'][det]['auroc'])} {_ci_txt(r['detectors'][det]['auroc_ci95'], 2)}"
+                                   f" / {_f(r['detectors'][det]['pr_auc'])}" for r in bk.values()])
+        parts += [f"### {SPLIT_LABELS[name]}", "", markdown_table(headers, rows), ""]
+    cal = result.get("calibration", {"rows": {}, "verdict": "", "steps": "", "minprob_threshold": None})
+    parts += [] if not cal["rows"] else [f"## Calibration ({cal['steps']})", "",
+              f"Output confidence per step kind. MinProb flag rate = share of steps MinProb fires on at its "
+              f"train-part Youden threshold ({_g(cal['minprob_threshold'])}).", ""]
+    rows = [[k, str(r["n"]), f"{r['mean_maxprob']:.3f} ± {r['sd_maxprob']:.3f}",
+             f"{r['mean_minprob']:.3f} ± {r['sd_minprob']:.3f}", f"{r['median_minprob']:.3f}",
+             f"{r['share_minprob_ge_0.9']:.3f}", f"{r['mean_ppl']:.3f}", _f(r.get("minprob_flag_rate", math.nan))]
+            for k, r in cal["rows"].items()]
+    cal_headers = ["steps", "n", "mean MaxProb", "mean MinProb", "median MinProb", "share MinProb ≥ 0.9", "mean PPL",
+                   "MinProb flag rate"]
+    parts += [] if not rows else [markdown_table(cal_headers, rows), ""]
+    if cal["verdict"]:
+        parts += [cal["verdict"] + ".", ""]
+    if any(sp["ablations"] for sp in result["splits"].values()):
+        parts += ["## PUlSE ablations (chosen on validation, reported on test)", ""]
+        names = list(result["splits"])
+        labels = list(dict.fromkeys(k for sp in result["splits"].values() for k in sp["ablations"]))
+        headers = ["variant"]
+        for n in names:
+            tag = SPLIT_LABELS[n].split(" ")[0]
+            headers += [f"{tag} val AUROC", f"{tag} test AUROC [95% CI]", f"{tag} test PR-AUC"]
+        rows = []
+        for lab in labels:
+            row = [lab]
+            for n in names:
+                a = result["splits"][n]["ablations"].get(lab)
+                row += (["–"] * 3 if a is None else
+                        [_f(a["val_auroc"]), f"{_f(a['test_auroc'])} {_ci_txt(a['test_auroc_ci95'])}",
+                         _f(a["test_pr_auc"])])
+            rows.append(row)
+        parts += [markdown_table(headers, rows), "",
+                  "Variant labels name the split's own intervals; 'parts' rows use the interval in use for that "
+                  "split. Every candidate interval's validation and test AUROC is in the JSON (`interval_search`).",
+                  ""]
+    parts += ["## Non-hedging steps", ""]
+    for name, sp in result["splits"].items():
+        h = sp["hedging"]
+        ratios = ("" if not h["n_hedging_steps"] else
+                  f" Error ratio: hedging {_f(h.get('error_ratio_hedging'))}, non-hedging "
+                  f"{_f(h.get('error_ratio_non_hedging'))}.")
+        parts.append(f"- {SPLIT_LABELS[name]}: {h['n_hedging_steps']} of {h['n_steps']} test steps hedge; "
+                     f"{h['note']}.{ratios}")
+        if h["n_hedging_steps"]:
+            parts.append("  AUROC on non-hedging steps: " + ", ".join(
+                f"{DETECTORS[d][0]} {_f(v)}" for d, v in h["auroc_non_hedging"].items()))
+    parts += ["", "Wall time: " + ", ".join(f"{k} {v} s" for k, v in result["seconds"].items()) + "."]
+    return "\n".join(parts) + "\n"
+
+
