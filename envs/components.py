@@ -164,7 +164,7 @@ def _extractor(config: EnvConfig, reasoner, n_layers: int, hidden: int, corpus_t
         if n in names and config.content_layers:
             options[n] = {"layers": tuple(config.content_layers)}
     return SignalExtractor(names, reasoner.capabilities, backend=backend, options=options,
-                           context={"n_layers": n_layers, "hidden_size": hidden})
+                           context={"n_layers": n_layers, "hidden_size": hidden} if n_layers else {})
 
 
 #: bumped when what a cached StepRecord holds changes meaning (2: ``seconds`` is the record's own share of a
@@ -185,6 +185,10 @@ def _namespace(kind: str, identity, config: EnvConfig) -> str:
                                    "fact_holdout", "artifact", "data_path")}
     if config.probes:
         outcome_fields["probes"] = {n: content_fingerprint(p) for n, p in sorted(config.probes.items())}
+    # transport settings of a backend decide how long a request may take, never what it returns
+    outcome_fields["reasoner_options"] = {k: v for k, v in config.reasoner_options.items()
+                                          if k not in ("timeout_s", "deadline_s", "retries", "retry_backoff_s",
+                                                       "concurrency", "allow_insecure_key", "api_key_env")}
     if config.index_path:
         outcome_fields["index_path"] = content_fingerprint(config.index_path)
     if "content_words" in config.query_modes:  # the POS tagger decides which words a content_words query keeps
@@ -223,7 +227,8 @@ def qa_components(config: EnvConfig, task: Any = None) -> Components:
             raise ValueError(f"EnvConfig.signals 'rind' (DRAGIN) needs attentions; reasoner '{config.reasoner}' "
                              "does not expose them (use reasoner 'hf')")
         extra = {"attn_implementation": "eager", "capture_attentions": True}
-    reasoner = make_reasoner(config.reasoner, max_step_tokens=config.max_step_tokens, **extra)
+    reasoner = make_reasoner(config.reasoner, max_step_tokens=config.max_step_tokens,
+                             **{**config.reasoner_options, **extra})
     if not isinstance(reasoner, BranchingReasoner):
         raise ValueError(f"reasoner '{config.reasoner}' does not implement agents.reasoners.base.BranchingReasoner "
                          "(snapshot / restore / with_evidence: the env's trajectory cache and batched regeneration "

@@ -19,6 +19,9 @@ class EnvConfig(ConfigBase):
                                     "medmcqa")
     split: str = helpf("train", "question split (micro-world: train | dev | test; hotpotqa: dev or a range 'dev[0:100]')")
     reasoner: str = helpf("micro", "reasoner backend name (micro | hf | openai)")
+    reasoner_options: dict = helpf({}, "the backend's own settings (its config class's fields), e.g. for openai: "
+                                       "{base_url: http://127.0.0.1:8000/v1, model: qwen, api_key_env: MY_KEY}; "
+                                       "for hf: {model: <path>}")
     artifact: str | None = helpf(None, "micro-world artifact directory (default: the shipped one)")
     max_questions: int | None = helpf(None, "use only the first N questions of the split (a training pool)")
     fact_holdout: dict = helpf({}, "micro-world fact-disjoint condition: {share, seed, keep: train | test} — hold "
@@ -77,6 +80,14 @@ class EnvConfig(ConfigBase):
         TASKS.check(self.task, "EnvConfig.task", ConfigError)
         REASONERS.check(self.reasoner, "EnvConfig.reasoner", ConfigError)
         RETRIEVERS.check(self.retriever, "EnvConfig.retriever", ConfigError)
+        if self.reasoner_options:
+            from envs.registry import import_dotted
+
+            cls_path = REASONERS.info(self.reasoner).get("config")
+            if cls_path is None:
+                raise ConfigError(f"EnvConfig.reasoner_options: reasoner '{self.reasoner}' takes no options")
+            import_dotted(cls_path).from_dict({**self.reasoner_options, "max_step_tokens": self.max_step_tokens},
+                                              where="EnvConfig.reasoner_options")
         for mode in self.query_modes:
             if mode.partition(":")[0] not in MODE_FACTORIES:
                 QUERY_MODES.check(mode, "EnvConfig.query_modes", ConfigError)

@@ -35,6 +35,7 @@ import os
 import socket
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -52,7 +53,12 @@ APIS = ("completions", "chat")
 
 
 class ReasonerHTTPError(RuntimeError):
-    """The endpoint failed: HTTP error status, timeout, unreachable server or a malformed answer."""
+    """The endpoint failed: HTTP error status, timeout, unreachable server or a malformed answer (naming the
+    field)."""
+
+
+class _DeadlineExceeded(Exception):
+    """Internal: the request's overall deadline passed."""
 
 
 @dataclass
@@ -63,7 +69,10 @@ class OpenAIReasonerConfig(ConfigBase):
     model: str = helpf("", "model name the server expects in the 'model' field")
     api: str = helpf("completions", "'completions' (/v1/completions) or 'chat' (/v1/chat/completions)")
     api_key_env: str = helpf("OPENAI_API_KEY", "environment variable holding a bearer token (unset: none sent)")
-    timeout_s: float = helpf(60.0, "seconds before a request is abandoned (then retried or an error)")
+    timeout_s: float = helpf(30.0, "seconds of silence on the socket before an attempt is abandoned (then retried)")
+    deadline_s: float = helpf(60.0, "overall wall-clock budget of one request, retries and a slowly trickling "
+                                    "answer included; past it the request is a ReasonerHTTPError")
+    allow_insecure_key: bool = helpf(False, "send the API key over plain http to a non-loopback host (off: refused)")
     retries: int = helpf(1, "retries after a timeout, a connection error or an HTTP 429/5xx")
     retry_backoff_s: float = helpf(1.0, "seconds before the first retry (doubles each time)")
     logprobs: bool = helpf(True, "ask for token logprobs")
@@ -83,9 +92,10 @@ class OpenAIReasonerConfig(ConfigBase):
         if not self.base_url.startswith(("http://", "https://")):
             raise ConfigError(f"OpenAIReasonerConfig: base_url must start with http:// or https:// "
                               f"(got '{self.base_url}')")
-        if self.timeout_s <= 0 or self.retries < 0 or self.concurrency < 1 or self.max_step_tokens < 1:
-            raise ConfigError("OpenAIReasonerConfig: need timeout_s > 0, retries >= 0, concurrency >= 1, "
-                              "max_step_tokens >= 1")
+        if (self.timeout_s <= 0 or self.deadline_s <= 0 or self.retries < 0 or self.concurrency < 1
+                or self.max_step_tokens < 1):
+            raise ConfigError("OpenAIReasonerConfig: need timeout_s > 0, deadline_s > 0, retries >= 0, "
+                              "concurrency >= 1, max_step_tokens >= 1")
 
 
 @dataclass(frozen=True)
@@ -123,36 +133,48 @@ class OpenAIReasoner:
                                          sampling=True)
 
     # ------------------------------------------------------------------ HTTP
-    def _post(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
-        url = self.cfg.base_url.rstrip("/") + path
+    def _headers(self, url: str) -> dict[str, str]:
         headers = {"Content-Type": "application/json"}
         key = os.environ.get(self.cfg.api_key_env) if self.cfg.api_key_env else None
         if key:
+            host = urllib.parse.urlsplit(url).hostname or ""
+            if (url.startswith("http://") and host not in ("127.0.0.1", "localhost", "::1")
+                    and not self.cfg.allow_insecure_key):
+                raise ReasonerHTTPError(f"{url}: refusing to send the API key (${self.cfg.api_key_env}) over plain "
+                                        f"http to '{host}'; use https, or set allow_insecure_key: true")
             headers["Authorization"] = f"Bearer {key}"
+        return headers
+
+    def _post(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """POST ``payload``; retries transient failures; the whole call ends within ``deadline_s``."""
+        url = self.cfg.base_url.rstrip("/") + path
+        headers = self._headers(url)
         data = json.dumps(payload).encode()
+        deadline = time.monotonic() + self.cfg.deadline_s
         delay = self.cfg.retry_backoff_s
         for attempt in range(self.cfg.retries + 1):
-            last = attempt == self.cfg.retries
+            last = attempt == self.cfg.retries or time.monotonic() + delay >= deadline
             try:
-                req = urllib.request.Request(url, data=data, headers=headers, method="POST")
-                with urllib.request.urlopen(req, timeout=self.cfg.timeout_s) as resp:
-                    body = resp.read()
+                body = self._read(url, data, headers, deadline)
             except urllib.error.HTTPError as e:
                 detail = e.read()[:500].decode(errors="replace") if e.fp else ""
                 if last or not (e.code == 429 or e.code >= 500):
                     raise ReasonerHTTPError(f"{url}: HTTP {e.code} {e.reason}: {detail}".rstrip(": ")) from e
                 log.warning("%s: HTTP %s, retrying in %.1f s", url, e.code, delay)
+            except _DeadlineExceeded as e:
+                raise ReasonerHTTPError(f"{url}: no complete answer within deadline_s={self.cfg.deadline_s} s "
+                                        f"({attempt + 1} attempt(s))") from e
             except (TimeoutError, socket.timeout) as e:
                 if last:
                     raise ReasonerHTTPError(
                         f"{url}: no answer within timeout_s={self.cfg.timeout_s} s "
-                        f"({self.cfg.retries + 1} attempt(s))") from e
+                        f"({attempt + 1} attempt(s))") from e
                 log.warning("%s: timed out, retrying in %.1f s", url, delay)
             except urllib.error.URLError as e:
                 if isinstance(e.reason, (TimeoutError, socket.timeout)):
                     if last:
                         raise ReasonerHTTPError(f"{url}: no answer within timeout_s={self.cfg.timeout_s} s "
-                                                f"({self.cfg.retries + 1} attempt(s))") from e
+                                                f"({attempt + 1} attempt(s))") from e
                 elif last:
                     raise ReasonerHTTPError(f"{url}: cannot reach the server ({e.reason})") from e
                 log.warning("%s: %s, retrying in %.1f s", url, e.reason, delay)
@@ -162,11 +184,31 @@ class OpenAIReasoner:
                 except ValueError as e:
                     raise ReasonerHTTPError(f"{url}: answer is not JSON: {body[:200]!r}") from e
                 if not isinstance(out, dict) or not isinstance(out.get("choices"), list) or not out["choices"]:
-                    raise ReasonerHTTPError(f"{url}: answer has no 'choices': {str(out)[:200]}")
+                    raise ReasonerHTTPError(f"{url}: malformed answer: field 'choices' is missing or empty: "
+                                            f"{str(out)[:200]}")
+                if not all(isinstance(c, dict) for c in out["choices"]):
+                    raise ReasonerHTTPError(f"{url}: malformed answer: 'choices' holds a non-object")
                 return out
             time.sleep(delay)
             delay *= 2
         raise AssertionError("unreachable")
+
+    def _read(self, url: str, data: bytes, headers: dict[str, str], deadline: float) -> bytes:
+        """One attempt: the answer's body, read in chunks so a server that trickles bytes cannot hold the call
+        past ``deadline`` (urllib's timeout is per socket operation, not per request)."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise _DeadlineExceeded()
+        req = urllib.request.Request(url, data=data, headers=headers, method="POST")
+        chunks = []
+        with urllib.request.urlopen(req, timeout=min(self.cfg.timeout_s, remaining)) as resp:
+            while True:
+                if time.monotonic() > deadline:
+                    raise _DeadlineExceeded()
+                chunk = resp.read1(65536)
+                if not chunk:
+                    return b"".join(chunks)
+                chunks.append(chunk)
 
     # ------------------------------------------------------------------ prompts
     def _user(self, s: OpenAIState) -> str:
@@ -207,15 +249,37 @@ class OpenAIReasoner:
     @staticmethod
     def _choice_text(choice: dict[str, Any]) -> str:
         if "text" in choice:
-            return choice.get("text") or ""
-        return (choice.get("message") or {}).get("content") or ""
+            text = choice["text"]
+            field = "choices[].text"
+        elif isinstance(choice.get("message"), dict):
+            text = choice["message"].get("content")
+            field = "choices[].message.content"
+        else:
+            raise ReasonerHTTPError("malformed answer: a choice has neither 'text' nor 'message.content'")
+        if text is None:
+            return ""
+        if not isinstance(text, str):
+            raise ReasonerHTTPError(f"malformed answer: field '{field}' is a {type(text).__name__}, not a string")
+        return text
 
     @staticmethod
     def _choice_logprobs(choice: dict[str, Any]):
-        """``(tokens, logprobs, top dicts)`` or ``None`` when the server returned none."""
+        """``(tokens, logprobs, top dicts)`` or ``None`` when the server returned none; a malformed logprobs
+        object is a :class:`ReasonerHTTPError` naming the field."""
         lp = choice.get("logprobs")
         if not lp:
             return None
+        try:
+            return OpenAIReasoner._parse_logprobs(lp)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            fields = ("choices[].logprobs.content[].token / .logprob" if isinstance(lp, dict) and "content" in lp
+                      else "choices[].logprobs.tokens / .token_logprobs / .top_logprobs")
+            raise ReasonerHTTPError(f"malformed answer: field {fields} ({type(e).__name__}: {e})") from e
+
+    @staticmethod
+    def _parse_logprobs(lp: Any):
+        if not isinstance(lp, dict):
+            raise TypeError(f"logprobs is a {type(lp).__name__}, not an object")
         if "content" in lp:  # chat format
             items = lp.get("content") or []
             toks = [it["token"] for it in items]
@@ -225,6 +289,8 @@ class OpenAIReasoner:
         toks = list(lp.get("tokens") or [])
         lps = [float(x) for x in lp.get("token_logprobs") or []]
         tops = [dict(t) if t else None for t in (lp.get("top_logprobs") or [None] * len(toks))]
+        if len(lps) != len(toks) or len(tops) != len(toks) or not all(isinstance(t, str) for t in toks):
+            raise ValueError(f"{len(toks)} tokens, {len(lps)} logprobs, {len(tops)} top-logprob entries")
         return toks, lps, tops
 
     # ------------------------------------------------------------------ steps
@@ -321,16 +387,28 @@ class OpenAIReasoner:
                    ) -> list[tuple[Step, OpenAIState]]:
         """Regenerate the next line with ``Evidence:`` lines after the transcript (``step``) or in the
         user message before the question (``front``)."""
+        return self._map(self._one, [self.with_evidence(s, ev, mode) for s, ev in zip(states, evidence)])
+
+    # ------------------------------------------------------------------ BranchingReasoner (the env drives it)
+    def snapshot(self, state: OpenAIState) -> dict:
+        """The state as plain data: the prompt's parts (question, front evidence, transcript lines, step count)."""
+        return {"question": state.question, "front": state.front, "transcript": state.transcript,
+                "n_steps": state.n_steps, "done": state.done}
+
+    def restore(self, snap: dict) -> OpenAIState:
+        """Inverse of :meth:`snapshot` (the next request re-sends the whole prompt: nothing else to rebuild)."""
+        return OpenAIState(snap["question"], tuple(snap["front"]), tuple(snap["transcript"]), int(snap["n_steps"]),
+                           bool(snap["done"]))
+
+    def with_evidence(self, state: OpenAIState, evidence: list[str], mode: str = "step") -> OpenAIState:
+        """The state whose next step regenerates ``state``'s next step with ``evidence``: ``Evidence:`` lines after
+        the transcript (``step``) or in the user message before the question (``front``)."""
         if mode not in ("step", "front"):
             raise ValueError(f"unknown injection mode '{mode}' (valid: front, step)")
-        bases = []
-        for s, ev in zip(states, evidence):
-            if mode == "step":
-                lines = "".join(f"Evidence: {e}\n" for e in ev)
-                bases.append(dataclasses.replace(s, transcript=s.transcript + (lines,)))
-            else:
-                bases.append(dataclasses.replace(s, front=s.front + tuple(ev)))
-        return self._map(self._one, bases)
+        if mode == "step":
+            return dataclasses.replace(state, transcript=state.transcript + ("".join(f"Evidence: {e}\n"
+                                                                                    for e in evidence),))
+        return dataclasses.replace(state, front=state.front + tuple(evidence))
 
     def sample_alternatives(self, state: OpenAIState, k: int, seed: int = 0, temperature: float = 1.0
                             ) -> list[str]:

@@ -29,9 +29,12 @@ from envs.registry import Registry
 REASONERS: Registry[Callable[..., Any]] = Registry("reasoner")
 
 
-def register_reasoner(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator: register a reasoner factory under ``name`` (re-registering a name is an error)."""
-    return REASONERS.register(name)
+def register_reasoner(name: str, config: str | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: register a reasoner factory under ``name`` (re-registering a name is an error).
+
+    ``config``: dotted path of the backend's config class (its fields are the factory's options), so
+    ``EnvConfig.reasoner_options`` is validated on the driver, naming the key."""
+    return REASONERS.register(name, config=config)
 
 
 def available_reasoners() -> list[str]:
@@ -83,7 +86,7 @@ def micro_reasoner(artifact: str | None = None, world: Any = None, **options: An
     return MicroReasoner(world, **options)
 
 
-@register_reasoner("hf")
+@register_reasoner("hf", config="agents.reasoners.hf:HFReasonerConfig")
 def hf_reasoner(config: Any = None, **options: Any):
     """A transformers reasoner (:class:`~agents.reasoners.hf.HFReasonerConfig` fields as options)."""
     from agents.reasoners.hf import HFReasoner, HFReasonerConfig
@@ -91,7 +94,7 @@ def hf_reasoner(config: Any = None, **options: Any):
     return HFReasoner.from_config(_config(HFReasonerConfig, config, options))
 
 
-@register_reasoner("openai")
+@register_reasoner("openai", config="agents.reasoners.openai_compat:OpenAIReasonerConfig")
 def openai_reasoner(config: Any = None, **options: Any):
     """An OpenAI-compatible endpoint (:class:`~agents.reasoners.openai_compat.OpenAIReasonerConfig` fields)."""
     from agents.reasoners.openai_compat import OpenAIReasoner, OpenAIReasonerConfig
