@@ -161,6 +161,9 @@ class Reinforce(Algorithm):
 
     @override(Algorithm)
     def training_step(self) -> None:
+        if self.config.seed is not None:  # iteration k samples from RNGs seeded by (seed, k, runner): resumable
+            seed, it = int(self.config.seed), int(self.iteration)
+            self.env_runner_group.foreach_env_runner(lambda r: reseed_env_runner(r, seed, it), local_env_runner=True)
         weights = Curriculum(self.config.curriculum).weights(self.iteration)
         if weights:
             apply_cost_weights(self.env_runner_group, weights)
@@ -193,6 +196,24 @@ class Reinforce(Algorithm):
         )
         episodes = tree.flatten([s[0] for s in sampled])
         return [e for e in episodes if e.is_done], [s[1] for s in sampled]
+
+
+def reseed_env_runner(runner: Any, seed: int, iteration: int) -> None:
+    """Seed an EnvRunner's sampling for one iteration from ``(seed, iteration, runner index)``: the question draws
+    (RLlib resets the envs with ``runner._seed`` at every ``sample(num_episodes=…)``) and the action sampling
+    (torch, numpy, random). Iteration k's episodes are then a pure function of the weights at k and these numbers,
+    so a run resumed from a checkpoint (weights + optimizer state) samples exactly what the uninterrupted run did —
+    no RNG state to carry — and every iteration draws new questions (with one fixed seed, RLlib would redraw the
+    same questions each iteration)."""
+    import random
+
+    import numpy as np
+
+    state = np.random.SeedSequence([int(seed), int(iteration), int(runner.worker_index or 0)]).generate_state(2)
+    runner._seed = int(state[0] % (2**31 - 1))
+    torch.manual_seed(int(state[1]))
+    np.random.seed(int(state[1]))
+    random.seed(int(state[1]))
 
 
 class ReinforceTorchLearner(TorchLearner):
