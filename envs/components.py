@@ -307,13 +307,13 @@ def microworld_components(config: EnvConfig) -> Components:
                            "micro")
     dims = extractor.dims
     feature_dims = {g: sum(dims[n] for n in group_signals()[g]) for g in record_groups(config)}
-    from envs.microworld.artifact import artifact_fingerprint
-
-    ns = _namespace("micro", [world.train_info, artifact_fingerprint(world.path)], config)
     probes = {}
     if config.probes:
         from envs.microworld.artifact import world_model_id
 
         mid = world_model_id(world)
         probes = {name: DETECTORS.make("probe", path, expected_model_id=mid) for name, path in config.probes.items()}
+    from envs.microworld.artifact import artifact_fingerprint
+
+    ns = _namespace("micro", [world.train_info, artifact_fingerprint(world.path)], config)
     return Components(config, task, reasoner, retriever, querygen, extractor, ns, feature_dims, probes)

@@ -85,7 +85,9 @@ class BatchedRetrievalEnv(VectorEnv):
             e.set_cost_weights(weights)
 
     def close_extras(self, **kwargs):
-        self.envs[0].close()
+        envs = getattr(self, "envs", None)  # None when the constructor failed: nothing to close
+        if envs:
+            envs[0].close()
 
 
 def make_batched(num_envs: int, config=None, components=None) -> BatchedRetrievalEnv:

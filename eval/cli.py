@@ -53,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         rc = func(args)
-    except (ValueError, FileNotFoundError, KeyError) as e:  # user errors: one clear line, no traceback
+    except (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError,
+            PermissionError, KeyError) as e:  # user errors: one clear line, no traceback (-v shows it)
         logging.getLogger("kairos").debug("error", exc_info=True)
         print(f"kairos {args.command}: error: {e}", file=sys.stderr)
         return 2

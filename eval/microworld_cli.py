@@ -18,6 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--config", help="YAML with world/model/train sections (default: built-in defaults)")
     b.add_argument("--out", required=True, help="artifact directory to write")
     b.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt after a crash")
+    b.add_argument("--overwrite", action="store_true", help="rebuild into an OUT that already holds an artifact")
     b.add_argument("--max-steps", type=int, default=None, help="stop after N optimiser steps (smoke tests)")
     b.add_argument("--no-eval", action="store_true", help="skip the competence evaluation after training")
     b.set_defaults(func=_build)
@@ -40,6 +41,10 @@ def _build(args) -> int:
     from envs.microworld.build import train_world
     from envs.microworld.config import BuildConfig
 
+    out = Path(args.out)
+    if (out / "manifest.json").is_file() and not (args.resume or args.overwrite):
+        raise FileExistsError(f"{out} already holds a micro-world artifact; pass --overwrite to rebuild it in place "
+                              "(or --resume to continue an interrupted build)")
     cfg = BuildConfig.from_yaml(args.config) if args.config else BuildConfig()
     world = train_world(cfg, args.out, resume=args.resume, max_steps=args.max_steps)
     if not args.no_eval:
