@@ -17,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
 from envs.config import ConfigError
 
