@@ -130,24 +130,23 @@ def test_learns_to_retrieve_where_it_pays_after_lambda_decays(ray_init, tmp_path
     assert hit >= 0.9 and easy <= 0.1, (hit, easy, summary["final_metrics"])
 
 
+def _toy_yaml(out: Path, **over) -> Path:
+    """A `python -m train` config of the toy env writing to ``out`` (next to it: ``<out>.yaml``)."""
+    cfg = {"out_dir": str(out), "num_env_runners": 0, "num_envs_per_env_runner": 2, "env": "kairos_toy_env:make_toy_env",
+           "env_config": {}, "algo": {"episodes_per_batch": 8}, "model": {"arch": "mlp", "d_model": 8, "ff_dim": 16},
+           **over}
+    p = out.with_suffix(".yaml")
+    p.write_text(yaml.safe_dump(cfg))
+    return p
+
+
 @pytest.mark.slow
 def test_cli_resume_after_kill(tmp_path):
     """`python -m train` killed mid-run; `--resume` continues from the newest complete checkpoint."""
     import json
 
     out = tmp_path / "run"
-    cfg = tmp_path / "toy.yaml"
-    cfg.write_text(f"""
-out_dir: {out}
-iterations: 400
-num_env_runners: 0
-num_envs_per_env_runner: 2
-env: kairos_toy_env:make_toy_env
-env_config: {{}}
-algo: {{episodes_per_batch: 8}}
-model: {{arch: mlp, d_model: 8, ff_dim: 16}}
-checkpoint_every: 3
-""")
+    cfg = _toy_yaml(out, iterations=400, checkpoint_every=3)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(HERE)]), "RAY_AUTH_MODE": "disabled"}
     cmd = [sys.executable, "-m", "train", "--config", str(cfg), "--no-progress", "--num-cpus", "1"]
     p = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -233,20 +232,7 @@ def test_kill_9_at_three_points_then_resume_equals_the_uninterrupted_run(tmp_pat
     """`python -m train` killed with SIGKILL three times (after checkpoints 2, 4 and 6 appear), resumed each time:
     the metrics of every iteration and the final weights equal an uninterrupted run's."""
     def cfg_file(out: Path) -> Path:
-        p = out.with_suffix(".yaml")
-        p.write_text(f"""
-out_dir: {out}
-iterations: 8
-num_env_runners: 0
-num_envs_per_env_runner: 2
-env: kairos_toy_env:make_toy_env
-env_config: {{}}
-algo: {{episodes_per_batch: 8}}
-model: {{arch: mlp, d_model: 8, ff_dim: 16}}
-checkpoint_every: 1
-keep_checkpoints: 3
-""")
-        return p
+        return _toy_yaml(out, iterations=8, checkpoint_every=1, keep_checkpoints=3)
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(HERE)]), "RAY_AUTH_MODE": "disabled"}
 
