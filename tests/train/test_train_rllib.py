@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 import torch
 
 HERE = Path(__file__).resolve().parent
