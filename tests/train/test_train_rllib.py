@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 import torch
+import yaml
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
