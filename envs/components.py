@@ -133,6 +133,21 @@ def build_components(config: EnvConfig) -> Components:
     return TASKS.get(TASKS.check(config.task, "EnvConfig.task"))(config)
 
 
+def rsus_weights(config: EnvConfig) -> tuple[float, float, float]:
+    """RSUS weights of an env: the weight set ``rsus_options.weights`` names (``paper`` by default: DESIGN §4's
+    0.40 / 0.35 / 0.25; or one fitted with ``kairos train rsus-weights``), 0 for a component not in
+    ``rsus_components``. Raises when every configured component has weight 0."""
+    from agents.signals.rsus import load_rsus_weights
+
+    spec = config.rsus_options.get("weights", "paper")
+    full = load_rsus_weights(spec)
+    w = tuple(float(x) if c in config.rsus_components else 0.0 for x, c in zip(full, ("verb", "ent", "cons")))
+    if "rsus" in config.signals and sum(w) <= 0:
+        raise ValueError(f"EnvConfig.rsus_options.weights '{spec}' gives weight 0 to every configured component "
+                         f"{config.rsus_components} ({dict(zip(('verb', 'ent', 'cons'), full))})")
+    return w  # type: ignore[return-value]
+
+
 def _extractor(config: EnvConfig, reasoner, n_layers: int, hidden: int, corpus_texts: list[str], backend: str):
     """The signal extractor of an env: observation groups -> registered signals."""
     from agents.signals.extractor import SignalExtractor
@@ -140,10 +155,9 @@ def _extractor(config: EnvConfig, reasoner, n_layers: int, hidden: int, corpus_t
 
     fields = group_signals()
     names = [n for g in record_groups(config) for n in fields[g]]
-    rsus_cfg = RSUSConfig(w_verb=0.40 if "verb" in config.rsus_components else 0.0,
-                          w_ent=0.35 if "ent" in config.rsus_components else 0.0,
-                          w_cons=0.25 if "cons" in config.rsus_components else 0.0, seed=config.seed,
-                          **config.rsus_options)
+    opts = {k: v for k, v in config.rsus_options.items() if k != "weights"}
+    w = rsus_weights(config)
+    rsus_cfg = RSUSConfig(w_verb=w[0], w_ent=w[1], w_cons=w[2], seed=config.seed, **opts)
     layers = tuple(config.pulse_layers) if config.pulse_layers else None
     options = {}
     if "pulse" in names:
@@ -202,6 +216,8 @@ def _namespace(kind: str, identity, config: EnvConfig) -> str:
     if not config.compress_evidence:  # off (the default): the namespace of runs made before the option existed
         outcome_fields.pop("compress_evidence", None)
         outcome_fields.pop("tau_rel", None)
+    if "weights" in config.rsus_options:  # a named weight set enters by its values (a refit changes them)
+        outcome_fields["rsus_options"] = {**config.rsus_options, "weights": list(rsus_weights(config))}
     if not outcome_fields.get("rsus_options"):  # default RSUS settings: the namespace of runs before the field
         outcome_fields.pop("rsus_options", None)
     if outcome_fields.get("content_layers") is None:  # default layers (or content off): as before the field

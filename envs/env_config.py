@@ -55,7 +55,8 @@ class EnvConfig(ConfigBase):
     rsus_components: list[str] = helpf(["ent", "cons"], "RSUS parts to compute (verb needs a proxy or a chatty LM)")
     rsus_options: dict = helpf({}, "RSUS settings (agents.signals.rsus.RSUSConfig): n_samples (U_cons k, default 3), "
                                    "cons_only_at_markers (U_cons only at steps with a discourse marker), agreement "
-                                   "(jaccard | exact), bm25_k (U_ent hits per entity)")
+                                   "(jaccard | exact), bm25_k (U_ent hits per entity), weights (a weight set by name "
+                                   "or path: paper = 0.40/0.35/0.25, or one fitted with `kairos train rsus-weights`)")
     probes: dict[str, str] = helpf({}, "learned detectors to expose as signals: name -> saved probe directory "
                                        "(e.g. {pulse_prob: runs/probes/pulse}); checked against the reasoner")
     cache_path: str | None = helpf(None, "trajectory cache SQLite file (None: in memory)")
@@ -96,12 +97,22 @@ class EnvConfig(ConfigBase):
         if bad:
             raise ConfigError(f"EnvConfig: unknown observation group '{bad[0]}' in 'signals' (valid: "
                               f"{', '.join(groups)})")
-        allowed = ("n_samples", "cons_only_at_markers", "agreement", "bm25_k")
+        allowed = ("n_samples", "cons_only_at_markers", "agreement", "bm25_k", "weights")
         extra = sorted(set(self.rsus_options) - set(allowed))
         if extra:
             raise ConfigError(f"EnvConfig: rsus_options has unknown key '{extra[0]}' (valid: {', '.join(allowed)}; the "
                               "weights follow rsus_components)")
         o = self.rsus_options
+        if "weights" in o:
+            from agents.signals.rsus import load_rsus_weights
+
+            if not isinstance(o["weights"], str):
+                raise ConfigError(f"EnvConfig: rsus_options.weights must be a weight-set name or path, got "
+                                  f"{o['weights']!r}")
+            try:
+                load_rsus_weights(o["weights"])
+            except (FileNotFoundError, ValueError) as e:
+                raise ConfigError(f"EnvConfig.rsus_options.weights: {e}") from None
         for k in ("n_samples", "bm25_k"):
             if k in o and (not isinstance(o[k], int) or isinstance(o[k], bool) or o[k] < 1):
                 raise ConfigError(f"EnvConfig: rsus_options.{k} must be an integer >= 1, got {o[k]!r}")

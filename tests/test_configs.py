@@ -20,20 +20,22 @@ def test_shipped_presets_load(name):
 
 
 def test_every_config_file_is_covered():
-    covered = set(KINDS) | {p.name for pat in ("train_*.yaml", "bench_*.yaml", "querygen_*.yaml")
+    covered = set(KINDS) | {p.name for pat in ("train_*.yaml", "bench_*.yaml", "querygen_*.yaml", "rsus_*.yaml")
                             for p in CONFIGS.glob(pat)}
     assert {p.name for p in CONFIGS.glob("*.yaml")} <= covered
 
 
 @pytest.mark.parametrize("path", sorted(CONFIGS.glob("train_*.yaml")) + sorted(CONFIGS.glob("bench_*.yaml"))
-                         + sorted(CONFIGS.glob("querygen_*.yaml")),
+                         + sorted(CONFIGS.glob("querygen_*.yaml")) + sorted(CONFIGS.glob("rsus_*.yaml")),
                          ids=lambda p: p.name)
 def test_train_and_bench_presets_load(path):
     from eval.bench_policies import BenchConfig
     from policies.querygen.config import QueryGenTrainConfig
     from train.config import TrainConfig
+    from train.rsus_fit import RSUSFitConfig
 
-    cls = {"train": TrainConfig, "bench": BenchConfig, "querygen": QueryGenTrainConfig}[path.name.split("_")[0]]
+    cls = {"train": TrainConfig, "bench": BenchConfig, "querygen": QueryGenTrainConfig,
+           "rsus": RSUSFitConfig}[path.name.split("_")[0]]
     cfg = cls.from_yaml(path)
     assert cls.from_dict(cfg.to_dict()) == cfg
 

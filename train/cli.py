@@ -5,6 +5,7 @@ Examples:
     python -m train --config configs/train_microworld.yaml --resume      # continue after a crash / kill
     python -m train --config configs/train_microworld.yaml --sweep       # Tune grid: sweep.seeds × sweep.lambda_end
     kairos train querygen --config configs/querygen_microworld.yaml      # the generative QueryGen (TRL)
+    kairos train rsus-weights --config configs/rsus_weights_microworld.yaml   # refit RSUS's weights, save by name
     ray job submit --working-dir . -- python -m train --config configs/train_microworld.yaml
 """
 
@@ -19,9 +20,11 @@ import sys
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from train.config import TrainConfig
 
-    p.add_argument("what", nargs="?", choices=("policy", "querygen"), default="policy",
+    p.add_argument("what", nargs="?", choices=("policy", "querygen", "rsus-weights"), default="policy",
                    help="policy: the retrieval-timing policy (RLlib, default); querygen: the generative "
-                        "QueryGen (TRL SFT + RLOO/GRPO; --config is a QueryGenTrainConfig, other options unused)")
+                        "QueryGen (TRL SFT + RLOO/GRPO; --config is a QueryGenTrainConfig, other options unused); "
+                        "rsus-weights: refit the RSUS weights on a validation split and save them by name "
+                        "(--config is an RSUSFitConfig)")
     p.add_argument("--config", help="YAML file with TrainConfig fields (unknown keys are an error)")
     p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in out_dir")
     p.add_argument("--stop-after", type=int, default=None, help="stop after N iterations of this invocation")
@@ -46,11 +49,23 @@ def run_querygen(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_rsus_weights(args: argparse.Namespace) -> int:
+    """``kairos train rsus-weights``: fit RSUS weights on counterfactual retrieval benefits, save them by name."""
+    from train.rsus_fit import RSUSFitConfig, fit_rsus
+
+    cfg = RSUSFitConfig.from_yaml(args.config) if args.config else RSUSFitConfig()
+    out = fit_rsus(cfg, progress=not args.no_progress)
+    print(json.dumps({k: out[k] for k in ("name", "weights", "correlation", "paper_correlation", "path")}))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from train.config import TrainConfig
 
     if getattr(args, "what", "policy") == "querygen":
         return run_querygen(args)
+    if getattr(args, "what", "policy") == "rsus-weights":
+        return run_rsus_weights(args)
     from train.run import train
 
     cfg = TrainConfig.from_yaml(args.config) if args.config else TrainConfig()
@@ -88,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     try:
         return run(args)
-    except (ValueError, FileNotFoundError, KeyError) as e:
+    except (ValueError, FileNotFoundError, FileExistsError, KeyError) as e:  # incl. train.run.RemoteWorkerError
+        logging.getLogger("train").debug("error", exc_info=True)
         print(f"python -m train: error: {e}", file=sys.stderr)
         return 2

@@ -126,6 +126,32 @@ def _fsync_tree(root: Path) -> None:
         _fsync_dir(Path(dirpath))
 
 
+class RemoteWorkerError(ValueError):
+    """An EnvRunner (a Ray actor) failed: the message is the worker's own exception, not Ray's traceback (a
+    ValueError, so every CLI prints it as its one error line)."""
+
+
+def remote_error(e: BaseException) -> BaseException:
+    """The error to show for an exception raised through Ray: the innermost user exception a remote worker raised
+    (Ray wraps it in ``RayTaskError`` / ``RayActorError`` / ``ActorDiedError``, RLlib in more layers), as a
+    :class:`RemoteWorkerError` naming its type and message; ``e`` itself when it did not come from a worker."""
+    seen, inner, cur = set(), None, e
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        mod = type(cur).__module__
+        if not mod.startswith("ray."):
+            inner = cur
+        nxt = getattr(cur, "cause", None)
+        if not isinstance(nxt, BaseException):
+            nxt = cur.__cause__ or cur.__context__
+        cur = nxt
+    if inner is not None and inner is not e:
+        return RemoteWorkerError(f"an EnvRunner failed: {type(inner).__name__}: {inner}")
+    if type(e).__module__.startswith("ray.") and str(e).strip():  # only the remote traceback's text: its last line
+        return RemoteWorkerError(f"an EnvRunner failed: {str(e).strip().splitlines()[-1]}")
+    return e
+
+
 def restore_newest(algo, ckpts: list[Path]) -> Path:
     """Restore the newest checkpoint that loads; a damaged one (e.g. truncated by a crash mid-write outside our
     atomic rename) is skipped with a warning naming it, falling back to the one before. No loadable one: error."""
@@ -297,7 +323,10 @@ def train(cfg: TrainConfig, resume: bool = False, stop_after: int | None = None,
     if cfg.warmstart.enabled and not (resume and list_checkpoints(ckpt_dir)):
         warm = str(run_warmstart_of(cfg, show_progress))  # on the driver, before Ray starts
     started = init_ray(cfg)
-    algo = build_algo_config(cfg).build_algo()
+    try:
+        algo = build_algo_config(cfg).build_algo()
+    except Exception as e:  # a remote EnvRunner that failed to start: its own error, not Ray's wrapping of it
+        raise remote_error(e) from e
     try:
         restored = None
         ckpts = list_checkpoints(ckpt_dir)
@@ -320,7 +349,10 @@ def train(cfg: TrainConfig, resume: bool = False, stop_after: int | None = None,
         with progress:
             while algo.iteration < cfg.iterations and (stop_after is None or algo.iteration - first < stop_after):
                 t0 = time.perf_counter()
-                result = algo.train()
+                try:
+                    result = algo.train()
+                except Exception as e:
+                    raise remote_error(e) from e
                 it = algo.iteration
                 last = iteration_metrics(result)
                 last["iteration_seconds"] = time.perf_counter() - t0

@@ -34,10 +34,13 @@ Example:
 from __future__ import annotations
 
 import itertools
+import json
 import math
+import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -339,25 +342,102 @@ def _try(fn: Callable[[], float]) -> float | None:
         return None
 
 
-def fit_weights(components: np.ndarray, target: np.ndarray, step: float = 0.05) -> tuple[float, float, float]:
+def fit_weights(components: np.ndarray, target: np.ndarray, step: float = 0.05, available: np.ndarray | None = None,
+                use: Sequence[str] = ("verb", "ent", "cons")) -> tuple[float, float, float]:
     """Grid search over the weight simplex maximising the Pearson correlation of RSUS with ``target``.
 
     Args:
         components: ``[N, 3]`` (U_verb, U_ent, U_cons) per step.
         target: ``[N]`` retrieval benefit (DESIGN §6) or error labels.
         step: grid resolution.
+        available: ``[N, 3]`` 0/1 availability of each component; RSUS is then, as the signal computes it, the
+            weighted mean over the components available at a step (steps with none are left out).
+        use: the components that may get weight (the others are fixed at 0).
+
+    Example:
+        >>> X = np.array([[0.0, 0.1, 0.9], [0.0, 0.9, 0.2], [0.0, 0.5, 0.5], [0.0, 0.2, 0.1]])
+        >>> fit_weights(X, np.array([1.0, 0.0, 0.5, 0.0]), step=0.25, use=("ent", "cons"))
+        (0.0, 0.0, 1.0)
     """
     X = np.asarray(components, dtype=np.float64)
     y = np.asarray(target, dtype=np.float64)
+    A = np.ones_like(X) if available is None else np.asarray(available, dtype=np.float64)
+    names = ("verb", "ent", "cons")
     n = int(round(1 / step))
-    best, best_w = -math.inf, (0.40, 0.35, 0.25)
+    best, best_w = -math.inf, PAPER_WEIGHTS
     for i in range(n + 1):
         for j in range(n + 1 - i):
             w = np.array([i, j, n - i - j]) / n
-            s = X @ w
-            if s.std() == 0 or y.std() == 0:
+            if any(w[k] > 0 and names[k] not in use for k in range(3)):
                 continue
-            r = float(np.corrcoef(s, y)[0, 1])
+            den = A @ w
+            ok = den > 0
+            if ok.sum() < 2:
+                continue
+            s = ((X * A) @ w)[ok] / den[ok]
+            if s.std() == 0 or y[ok].std() == 0:
+                continue
+            r = float(np.corrcoef(s, y[ok])[0, 1])
             if r > best:
                 best, best_w = r, (float(w[0]), float(w[1]), float(w[2]))
     return best_w
+
+
+def rsus_correlation(components: np.ndarray, target: np.ndarray, weights: Sequence[float],
+                     available: np.ndarray | None = None) -> float:
+    """Pearson correlation of RSUS (weighted mean over the available components) with ``target``."""
+    X = np.asarray(components, dtype=np.float64)
+    A = np.ones_like(X) if available is None else np.asarray(available, dtype=np.float64)
+    w = np.asarray(weights, dtype=np.float64)
+    den = A @ w
+    ok = den > 0
+    s = ((X * A) @ w)[ok] / den[ok]
+    y = np.asarray(target, dtype=np.float64)[ok]
+    return float(np.corrcoef(s, y)[0, 1]) if s.size > 1 and s.std() > 0 and y.std() > 0 else math.nan
+
+
+# ------------------------------------------------------------------------------------- weight sets by name
+#: the format of a saved RSUS weight set
+WEIGHTS_FORMAT = "kairos-rsus-weights/1"
+#: DESIGN §4's default weights (the paper's)
+PAPER_WEIGHTS = (0.40, 0.35, 0.25)
+
+
+def rsus_weights_dir() -> Path:
+    """Where weight sets are saved and found by name: ``$KAIROS_RSUS_WEIGHTS`` (default ``runs/rsus_weights``)."""
+    return Path(os.environ.get("KAIROS_RSUS_WEIGHTS", "runs/rsus_weights"))
+
+
+def save_rsus_weights(name: str, weights: Sequence[float], info: dict[str, Any] | None = None,
+                      folder: str | Path | None = None) -> Path:
+    """Save a fitted weight set as ``<folder>/<name>.json`` (atomically); returns the path."""
+    from envs.io import write_json
+
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or name == "paper":
+        raise ValueError(f"RSUS weight-set name '{name}' must be letters, digits, '_', '.', '-' (and not 'paper')")
+    w = [float(x) for x in weights]
+    if len(w) != 3 or min(w) < 0 or sum(w) <= 0:
+        raise ValueError(f"RSUS weights must be 3 numbers >= 0 with a positive sum, got {w}")
+    path = Path(folder or rsus_weights_dir()) / f"{name}.json"
+    write_json(path, {"format": WEIGHTS_FORMAT, "name": name,
+                      "weights": {"verb": w[0], "ent": w[1], "cons": w[2]}, **(info or {})})
+    return path
+
+
+def load_rsus_weights(spec: str, folder: str | Path | None = None) -> tuple[float, float, float]:
+    """``(w_verb, w_ent, w_cons)`` of a weight set: ``paper`` (DESIGN §4's 0.40 / 0.35 / 0.25), a saved name
+    (``<folder>/<name>.json``, see :func:`rsus_weights_dir`) or a path to such a file."""
+    if spec == "paper":
+        return PAPER_WEIGHTS
+    path = Path(spec) if spec.endswith(".json") or os.sep in spec else Path(folder or rsus_weights_dir()) / f"{spec}.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"RSUS weight set '{spec}': no file {path} (fit one with `kairos train rsus-weights "
+                                f"--name {spec} …`, or use 'paper')")
+    try:
+        data = json.loads(path.read_text())
+        if data.get("format") != WEIGHTS_FORMAT:
+            raise ValueError(f"format {data.get('format')!r}, expected {WEIGHTS_FORMAT!r}")
+        w = tuple(float(data["weights"][k]) for k in ("verb", "ent", "cons"))
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{path}: not an RSUS weight set ({e})") from e
+    return w  # type: ignore[return-value]

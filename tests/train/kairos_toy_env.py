@@ -62,3 +62,8 @@ class ToyTimingEnv(gym.Env):
 
 def make_toy_env(config: dict | None = None) -> ToyTimingEnv:
     return ToyTimingEnv(config)
+
+
+def make_failing_env(config: dict | None = None):
+    """An env factory that fails where it runs (inside a remote EnvRunner), as a missing data file would."""
+    raise ValueError("toy env: data file /nonexistent/toy.jsonl not found (set env_config.path)")

@@ -264,3 +264,16 @@ def test_kill_9_at_three_points_then_resume_equals_the_uninterrupted_run(tmp_pat
     wa = torch.load(full / "policy" / "weights.pt", weights_only=True)
     wb = torch.load(killed / "policy" / "weights.pt", weights_only=True)
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+@pytest.mark.slow
+def test_a_remote_env_runner_failure_shows_its_own_error(tmp_path):
+    """An env that fails inside a remote EnvRunner: `python -m train` ends with that error's own message (one line
+    naming the file), not Ray's wrapping of it."""
+    p = _toy_yaml(tmp_path / "run", iterations=2, num_env_runners=1, env="kairos_toy_env:make_failing_env")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(HERE)]), "RAY_AUTH_MODE": "disabled"}
+    r = subprocess.run([sys.executable, "-m", "train", "--config", str(p), "--no-progress", "--num-cpus", "2"],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0
+    last = r.stderr.strip().splitlines()[-1]
+    assert "ValueError: toy env: data file /nonexistent/toy.jsonl not found" in last, r.stderr[-3000:]
