@@ -148,14 +148,15 @@ def rsus_weights(config: EnvConfig) -> tuple[float, float, float]:
     return w  # type: ignore[return-value]
 
 
-def _extractor(config: EnvConfig, reasoner, n_layers: int, hidden: int, corpus_texts: list[str], backend: str):
+def _extractor(config: EnvConfig, reasoner, n_layers: int, hidden: int, corpus_texts: list[str], backend: str,
+               model_id: str | None = None):
     """The signal extractor of an env: observation groups -> registered signals."""
     from agents.signals.extractor import SignalExtractor
     from agents.signals.rsus import RSUSConfig
 
     fields = group_signals()
     names = [n for g in record_groups(config) for n in fields[g]]
-    opts = {k: v for k, v in config.rsus_options.items() if k != "weights"}
+    opts = {k: v for k, v in config.rsus_options.items() if k not in ("weights", "verb_proxy")}
     w = rsus_weights(config)
     rsus_cfg = RSUSConfig(w_verb=w[0], w_ent=w[1], w_cons=w[2], seed=config.seed, **opts)
     layers = tuple(config.pulse_layers) if config.pulse_layers else None
@@ -164,6 +165,10 @@ def _extractor(config: EnvConfig, reasoner, n_layers: int, hidden: int, corpus_t
         options["pulse"] = {"layers": layers} if layers else {}
     if "rsus" in names:
         options["rsus"] = {"config": rsus_cfg, "corpus": corpus_texts, "reasoner": reasoner}
+        if config.rsus_options.get("verb_proxy"):  # U_verb from a trained proxy (a probe of kind rsus_proxy)
+            proxy = DETECTORS.make("probe", config.rsus_options["verb_proxy"], expected_model_id=model_id,
+                                   expected_spec={"signal": "rsus_proxy"})
+            options["rsus"]["u_verb"] = proxy
     if "eigenscore" in names:
         if backend != "micro":
             raise ValueError(f"EnvConfig.signals 'eigen' (SeaKR EigenScore) samples continuations from the reasoner's "
@@ -218,6 +223,9 @@ def _namespace(kind: str, identity, config: EnvConfig) -> str:
         outcome_fields.pop("tau_rel", None)
     if "weights" in config.rsus_options:  # a named weight set enters by its values (a refit changes them)
         outcome_fields["rsus_options"] = {**config.rsus_options, "weights": list(rsus_weights(config))}
+    if config.rsus_options.get("verb_proxy"):  # the U_verb proxy enters by its weights' content, not its path
+        outcome_fields["rsus_options"] = {**outcome_fields["rsus_options"],
+                                          "verb_proxy": content_fingerprint(config.rsus_options["verb_proxy"])}
     if not outcome_fields.get("rsus_options"):  # default RSUS settings: the namespace of runs before the field
         outcome_fields.pop("rsus_options", None)
     if outcome_fields.get("content_layers") is None:  # default layers (or content off): as before the field
@@ -253,7 +261,10 @@ def qa_components(config: EnvConfig, task: Any = None) -> Components:
     mc = getattr(getattr(reasoner, "model", None), "config", None)
     n_layers = getattr(mc, "num_hidden_layers", 0) or 0
     hidden = getattr(mc, "hidden_size", 0) or 0
-    extractor = _extractor(config, reasoner, n_layers, hidden, [p.text for p in corpus], config.reasoner)
+    from agents.reasoners.registry import reasoner_model_id
+
+    extractor = _extractor(config, reasoner, n_layers, hidden, [p.text for p in corpus], config.reasoner,
+                           reasoner_model_id(reasoner, config.reasoner))
     dims = extractor.dims
     feature_dims = {g: sum(dims[n] for n in group_signals()[g]) for g in record_groups(config)}
     ident = getattr(reasoner, "model_id", config.reasoner)
@@ -319,8 +330,10 @@ def microworld_components(config: EnvConfig) -> Components:
     n_layers = world.model.config.num_hidden_layers
     if not config.pulse_layers:
         config = config.replace(pulse_layers=[0, n_layers])
+    from envs.microworld.artifact import world_model_id
+
     extractor = _extractor(config, reasoner, n_layers, world.model.config.hidden_size, [p.text for p in corpus],
-                           "micro")
+                           "micro", world_model_id(world))
     dims = extractor.dims
     feature_dims = {g: sum(dims[n] for n in group_signals()[g]) for g in record_groups(config)}
     probes = {}

@@ -56,7 +56,9 @@ class EnvConfig(ConfigBase):
     rsus_options: dict = helpf({}, "RSUS settings (agents.signals.rsus.RSUSConfig): n_samples (U_cons k, default 3), "
                                    "cons_only_at_markers (U_cons only at steps with a discourse marker), agreement "
                                    "(jaccard | exact), bm25_k (U_ent hits per entity), weights (a weight set by name "
-                                   "or path: paper = 0.40/0.35/0.25, or one fitted with `kairos train rsus-weights`)")
+                                   "or path: paper = 0.40/0.35/0.25, or one fitted with `kairos train rsus-weights`), "
+                                   "verb_proxy (a probe directory of kind rsus_proxy: U_verb for reasoners that cannot "
+                                   "state a confidence)")
     probes: dict[str, str] = helpf({}, "learned detectors to expose as signals: name -> saved probe directory "
                                        "(e.g. {pulse_prob: runs/probes/pulse}); checked against the reasoner")
     cache_path: str | None = helpf(None, "trajectory cache SQLite file (None: in memory)")
@@ -97,7 +99,7 @@ class EnvConfig(ConfigBase):
         if bad:
             raise ConfigError(f"EnvConfig: unknown observation group '{bad[0]}' in 'signals' (valid: "
                               f"{', '.join(groups)})")
-        allowed = ("n_samples", "cons_only_at_markers", "agreement", "bm25_k", "weights")
+        allowed = ("n_samples", "cons_only_at_markers", "agreement", "bm25_k", "weights", "verb_proxy")
         extra = sorted(set(self.rsus_options) - set(allowed))
         if extra:
             raise ConfigError(f"EnvConfig: rsus_options has unknown key '{extra[0]}' (valid: {', '.join(allowed)}; the "
@@ -113,6 +115,12 @@ class EnvConfig(ConfigBase):
                 load_rsus_weights(o["weights"])
             except (FileNotFoundError, ValueError) as e:
                 raise ConfigError(f"EnvConfig.rsus_options.weights: {e}") from None
+        if o.get("verb_proxy"):
+            if "verb" not in self.rsus_components:
+                raise ConfigError("EnvConfig: rsus_options.verb_proxy is set but 'verb' is not in rsus_components")
+            if not (Path(str(o["verb_proxy"])) / "probe.json").is_file():
+                raise ConfigError(f"EnvConfig.rsus_options.verb_proxy: no probe at {o['verb_proxy']} (train one with "
+                                  "`kairos probe train --signal rsus_proxy …`)")
         for k in ("n_samples", "bm25_k"):
             if k in o and (not isinstance(o[k], int) or isinstance(o[k], bool) or o[k] < 1):
                 raise ConfigError(f"EnvConfig: rsus_options.{k} must be an integer >= 1, got {o[k]!r}")

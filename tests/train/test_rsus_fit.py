@@ -72,3 +72,36 @@ def test_fit_rsus_end_to_end_on_a_tiny_slice(tmp_path):
         out["weights"][k] for k in ("verb", "ent", "cons"))
     again = fit_rsus(cfg, progress=False)  # the same questions again (cache replays): the same weights
     assert again["weights"] == out["weights"]
+
+
+def test_a_trained_u_verb_proxy_plugs_in_through_the_env_config(tmp_path):
+    """U_verb for a reasoner that cannot state a confidence: a proxy probe (surface features of the step) named in
+    rsus_options.verb_proxy — then u_verb is a real, unmasked scalar."""
+    from envs.components import build_components
+    from envs.config import ConfigError
+    from envs.env_config import EnvConfig
+    from envs.microworld.artifact import load_artifact, world_model_id
+    from policies.probes.rsus_proxy import train_rsus_proxy
+
+    texts = ["Mira 's father is Tovan .", "maybe Mira 's father is Kel ?", "Tovan was born in Kasford .",
+             "perhaps Kel works for Zarn ."] * 20
+    labels = np.array([0, 1, 0, 1] * 20, dtype=np.float32)
+    idx = np.arange(len(texts))
+    probe, _ = train_rsus_proxy(texts, labels, idx[:60], idx[60:], model_id=world_model_id(load_artifact(None)))
+    probe.save(tmp_path / "proxy")
+    base = {"split": "dev", "max_questions": 2, "rsus_components": ["verb", "ent"]}
+    c = build_components(EnvConfig.from_dict({**base, "rsus_options": {"verb_proxy": str(tmp_path / "proxy")}}))
+    import gymnasium as gym
+
+    import envs  # noqa: F401
+
+    env = gym.make("kairos/MicroWorld-v0", config={**base, "rsus_options": {"verb_proxy": str(tmp_path / "proxy")}},
+                   components=c)
+    _, info = env.reset(seed=0)
+    assert "u_verb" in info["signals"] and 0.0 <= info["signals"]["u_verb"] <= 1.0
+    _, info0 = gym.make("kairos/MicroWorld-v0", config=base).reset(seed=0)
+    assert "u_verb" in info0["masked_signals"]  # without a source U_verb is masked, never a silent 0
+    with pytest.raises(ConfigError, match="verb_proxy is set but 'verb' is not in rsus_components"):
+        EnvConfig.from_dict({**base, "rsus_components": ["ent"], "rsus_options": {"verb_proxy": str(tmp_path)}})
+    with pytest.raises(ConfigError, match="verb_proxy: no probe at"):
+        EnvConfig.from_dict({**base, "rsus_options": {"verb_proxy": str(tmp_path / "none")}})
