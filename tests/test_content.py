@@ -199,3 +199,28 @@ def test_fact_disjoint_split_is_disjoint_on_the_fact_sets():
         make_env("microworld", {"fact_holdout": {"share": 0.3, "sede": 1}})
     with pytest.raises(ConfigError, match="max_questions must be >= 1"):
         make_env("microworld", {"max_questions": -5})
+
+
+def test_minilm_text_content_for_any_backend(tmp_path):
+    """signals: [..., text_content]: MiniLM embeddings of the step and the question (384 numbers each, float16 in
+    records), real on the micro-world and round-tripped through the trajectory cache."""
+    import gymnasium as gym
+
+    import envs  # noqa: F401
+    from agents.signals.text import encoder
+
+    cfg = {"split": "dev", "max_questions": 3, "signals": ["output", "text_content"],
+           "cache_path": str(tmp_path / "c.sqlite")}
+    env = gym.make("kairos/MicroWorld-v0", config=cfg)
+    obs, _ = env.reset(seed=0)
+    groups = env.unwrapped.groups
+    assert obs["step_text_embedding"].shape == (384,) and obs["question_text_embedding"].shape == (384,)
+    mask = dict(zip(groups, obs["mask"]))
+    assert mask["step_text_embedding"] == 1 and mask["question_text_embedding"] == 1
+    q = env.unwrapped.c.question_text(env.unwrapped.ep.q)
+    np.testing.assert_allclose(obs["question_text_embedding"], encoder()([q])[0], atol=1e-3)  # float16 storage
+    assert abs(float(np.linalg.norm(obs["step_text_embedding"])) - 1.0) < 1e-2
+    replay = gym.make("kairos/MicroWorld-v0", config=cfg)
+    obs2, _ = replay.reset(seed=0)
+    np.testing.assert_array_equal(obs2["step_text_embedding"], obs["step_text_embedding"])
+    assert replay.unwrapped.cache.hits > 0

@@ -84,7 +84,7 @@ class SignalBase:
 #: registry name -> signal class (or factory returning a :class:`Signal`); the builtin modules register on first read
 SIGNALS: Registry[Callable[..., Signal]] = Registry(
     "signal", builtins=("agents.signals.attention", "agents.signals.hidden", "agents.signals.output",
-                        "agents.signals.rsus"))
+                        "agents.signals.rsus", "agents.signals.text"))
 
 
 def register_signal(name: str, *, group: str | None = None, field: str | None = None,
