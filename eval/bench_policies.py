@@ -569,8 +569,11 @@ def summarize(cfg: BenchConfig, runner: Runner, results: dict[str, dict], calib:
             "kind": REPORT_KIND[m.kind], "accuracy": r["accuracy"], "acc_lo": ci["lo"], "acc_hi": ci["hi"],
             "calls": calls, "tokens": r["tokens_per_question"], "seconds": r["seconds_per_question"],
             "reward": r["reward"], "n": r["n"],
-            "f1_per_call": (r["accuracy"] - ref_acc) / calls if calls > 0 and name != ref else None,
-            "recall_at_k": _evidence_recall(runner, r["episodes"]), "threshold": r.get("threshold"), "curve": r.get("curve"),
+            # accuracy gained over the reference per retrieval call; the share of gold passages that were injected
+            # (not Recall@k of the ranked lists, which the retrieval benchmark measures)
+            "gain_per_call": (r["accuracy"] - ref_acc) / calls if calls > 0 and name != ref else None,
+            "gold_injected_share": _evidence_recall(runner, r["episodes"]),
+            "threshold": r.get("threshold"), "curve": r.get("curve"),
             "lambda": m.lam if m.kind == "learned" else None,
             "harm_rate": (float(np.mean(qual[name] < qual[ref] - 1e-9)) if ref and name != ref else None),
             "query_mode": r.get("query_mode") or m.query_mode, "dev_reward": calib.get(name, {}).get("dev_reward"),

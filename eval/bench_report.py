@@ -11,7 +11,7 @@ draws and formats a ``summary`` dict of this shape::
       "reference": "CoT",
       "methods": {"<name>": {"kind": "baseline" | "fixed" | "learned" | "random" | "oracle",
                              "accuracy", "acc_lo", "acc_hi", "calls", "tokens", "seconds", "reward",
-                             "f1_per_call", "recall_at_k", "n", "threshold", "curve", "lambda"}},
+                             "gain_per_call", "gold_injected_share", "n", "threshold", "curve", "lambda"}},
       "comparisons": [{"method", "reference", "diff", "lo", "hi", "p_bootstrap", "b", "c",
                        "p_mcnemar", "p_holm", "reject"}],
       "matched_budget": [{"budget", "method", "accuracy"}],
@@ -323,8 +323,8 @@ def _blocks(summary: Mapping[str, Any], plot_keys: Sequence[str]) -> list[tuple[
                 thr = f"{thr} · {m['query_mode']}" if thr != DASH else str(m["query_mode"])
             row = [name, str(m.get("kind") or DASH), _fmt_ci(m.get("accuracy"), m.get("acc_lo"), m.get("acc_hi")),
                    _fmt(m.get("calls"), 2), _fmt_big(m.get("tokens")), _fmt(m.get("seconds"), 2),
-                   _fmt(m.get("reward"), 3), _fmt(m.get("harm_rate"), 3), _fmt(m.get("f1_per_call"), 3),
-                   _fmt(m.get("recall_at_k"), 3), thr]
+                   _fmt(m.get("reward"), 3), _fmt(m.get("harm_rate"), 3), _fmt(m.get("gain_per_call"), 3),
+                   _fmt(m.get("gold_injected_share"), 3), thr]
             row += [_fmt_value(_num(m.get("lambda")))] if has_lam else []
             rows.append(row + [_fmt_int(m.get("n"))])
         out.append(("table", headers, rows, set(range(2, len(headers)))))

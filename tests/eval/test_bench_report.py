@@ -24,7 +24,7 @@ def _curve(points: list[tuple[float, float, float]]) -> list[dict[str, float]]:
 def _method(kind: str, acc: float, calls: float, **kw: Any) -> dict[str, Any]:
     m = {"kind": kind, "accuracy": acc, "acc_lo": acc - 0.05, "acc_hi": acc + 0.05, "calls": calls,
          "tokens": 812.0 + 300 * calls, "seconds": 0.4 + 0.2 * calls, "reward": acc - 0.1 * calls,
-         "f1_per_call": 0.31 if calls else None, "recall_at_k": 0.62 if calls else None, "n": 300,
+         "gain_per_call": 0.31 if calls else None, "gold_injected_share": 0.62 if calls else None, "n": 300,
          "threshold": None, "curve": None, "lambda": None}
     m.update(kw)
     return m
