@@ -8,7 +8,11 @@ Importing this package registers the Gymnasium ids (the env modules themselves l
 * ``kairos/HotpotQA-v0`` — SmolLM2-135M-Instruct over HotpotQA dev with BM25 over its paragraphs.
 """
 
-import gymnasium as _gym
+from envs.repro import pin_cpu_kernels as _pin
+
+_pin()  # same seed, same numbers on any x86 machine (see envs.repro); before anything computes
+
+import gymnasium as _gym  # noqa: E402
 
 for _id, _kwargs in (
     ("kairos/RetrievalTiming-v0", {}),
