@@ -36,7 +36,12 @@ def test_train_and_bench_presets_load(path):
 
     cls = {"train": TrainConfig, "bench": BenchConfig, "querygen": QueryGenTrainConfig,
            "rsus": RSUSFitConfig}[path.name.split("_")[0]]
-    cfg = cls.from_yaml(path)
+    try:
+        cfg = cls.from_yaml(path)
+    except ConfigError as e:  # a preset whose inputs another command produces (a fitted weight set, a trained probe)
+        if "runs/" in str(e) and ("no file" in str(e) or "no probe at" in str(e)):
+            pytest.skip(f"{path.name} needs an output of another command first: {e}")
+        raise
     assert cls.from_dict(cfg.to_dict()) == cfg
 
 
