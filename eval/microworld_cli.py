@@ -41,11 +41,11 @@ def _build(args) -> int:
     from envs.microworld.build import train_world
     from envs.microworld.config import BuildConfig
 
+    cfg = BuildConfig.from_yaml(args.config) if args.config else BuildConfig()  # a bad config fails first
     out = Path(args.out)
     if (out / "manifest.json").is_file() and not (args.resume or args.overwrite):
         raise FileExistsError(f"{out} already holds a micro-world artifact; pass --overwrite to rebuild it in place "
                               "(or --resume to continue an interrupted build)")
-    cfg = BuildConfig.from_yaml(args.config) if args.config else BuildConfig()
     world = train_world(cfg, args.out, resume=args.resume, max_steps=args.max_steps)
     if not args.no_eval:
         from envs.microworld.artifact import save_artifact

@@ -46,11 +46,22 @@ print("README EXAMPLES OK")
 
 
 def readme_examples() -> list[str]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    blocks = []
-    for section in re.split(r"^### ", text, flags=re.M)[1:]:
-        if section.startswith("Plug in your own"):
-            blocks += re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    """The python blocks of every "Plug in your own …" section (a section ends at the next heading of any level;
+    lines inside code fences are never headings)."""
+    blocks, section, fence, block, lang = [], "", False, [], ""
+    for line in (ROOT / "README.md").read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            if fence:
+                if section.startswith("Plug in your own") and lang == "python":
+                    blocks.append("\n".join(block) + "\n")
+                fence, block = False, []
+            else:
+                fence, lang = True, line[3:].strip()
+            continue
+        if fence:
+            block.append(line)
+        elif line.startswith("#"):
+            section = line.lstrip("#").strip()
     return blocks
 
 
@@ -73,7 +84,9 @@ def test_readme_examples_run(tmp_path):
         else:
             main.append(block)
     script = tmp_path / "examples.py"
-    script.write_text("\n".join(textwrap.dedent(b) for b in main) + CHECKS)
+    # the README's env section imports these once for every example after it
+    preamble = "import gymnasium as gym\nimport envs  # noqa: F401\n"
+    script.write_text(preamble + "\n".join(textwrap.dedent(b) for b in main) + CHECKS)
     out = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=300,
                          env={**__import__("os").environ, "PYTHONPATH": f"{tmp_path}:{ROOT}"})
     assert out.returncode == 0 and "README EXAMPLES OK" in out.stdout, out.stderr[-3000:]

@@ -152,6 +152,26 @@ def remote_error(e: BaseException) -> BaseException:
     return e
 
 
+def probe_env_in_worker(cfg: TrainConfig) -> RemoteWorkerError | None:
+    """Build the run's env once in a Ray worker, as an EnvRunner would; its exception as a
+    :class:`RemoteWorkerError` (``None`` when the env builds there)."""
+    import ray
+
+    from train.env_factory import make_env
+
+    def build(ctx):
+        env = make_env(ctx)
+        env.close()
+
+    ctx = {**cfg.env_config, "_env": cfg.env}
+    try:
+        ray.get(ray.remote(num_cpus=0)(build).remote(ctx), timeout=600)
+    except Exception as e:  # noqa: BLE001 - whatever the worker raised is what the user must see
+        err = remote_error(e)
+        return err if isinstance(err, RemoteWorkerError) else RemoteWorkerError(f"an EnvRunner failed: {e}")
+    return None
+
+
 def restore_newest(algo, ckpts: list[Path]) -> Path:
     """Restore the newest checkpoint that loads; a damaged one (e.g. truncated by a crash mid-write outside our
     atomic rename) is skipped with a warning naming it, falling back to the one before. No loadable one: error."""
@@ -326,7 +346,10 @@ def train(cfg: TrainConfig, resume: bool = False, stop_after: int | None = None,
     try:
         algo = build_algo_config(cfg).build_algo()
     except Exception as e:  # a remote EnvRunner that failed to start: its own error, not Ray's wrapping of it
-        raise remote_error(e) from e
+        err = remote_error(e)
+        if err is e:  # RLlib lost the worker's exception (e.g. an IndexError in get_spaces): ask a worker again
+            err = probe_env_in_worker(cfg) or e
+        raise err from e
     try:
         restored = None
         ckpts = list_checkpoints(ckpt_dir)

@@ -233,7 +233,7 @@ def verify_files(manifest: dict[str, Any], path: str | Path) -> None:
     than at build time. (Manifests written before content hashes existed are checked by size only.)"""
     path = Path(path)
     hashes = manifest.get("sha256") or {}
-    for rel, size in manifest["files"].items():
+    for rel, size in manifest["files"].items():  # every file present and of its size first (the cheap checks) ...
         f = path / rel
         if not f.is_file():
             raise IndexCorruptError(f"{path}: index file {rel} is missing; rebuild with "
@@ -241,7 +241,8 @@ def verify_files(manifest: dict[str, Any], path: str | Path) -> None:
         if f.stat().st_size != size:
             raise IndexCorruptError(f"{path}: index file {rel} has {f.stat().st_size} bytes, {size} at build "
                                     f"time; rebuild with {_rebuild_hint(manifest, path)}")
-        if rel in hashes and sha256_file(f) != hashes[rel]:
+    for rel in manifest["files"]:  # ... then their content
+        if rel in hashes and sha256_file(path / rel) != hashes[rel]:
             raise IndexCorruptError(f"{path}: index file {rel} changed since the build (content hash differs, same "
                                     f"size); rebuild with {_rebuild_hint(manifest, path)}")
 
