@@ -209,7 +209,7 @@ def _namespace(kind: str, identity, config: EnvConfig) -> str:
                                           if k not in ("timeout_s", "deadline_s", "retries", "retry_backoff_s",
                                                        "concurrency", "allow_insecure_key", "api_key_env")}
     if config.index_path:
-        outcome_fields["index_path"] = content_fingerprint(config.index_path)
+        outcome_fields["index_path"] = _index_fingerprint(config.index_path)
     if "content_words" in config.query_modes:  # the POS tagger decides which words a content_words query keeps
         from agents.query import tagger_name
 
@@ -279,6 +279,19 @@ def qa_components(config: EnvConfig, task: Any = None) -> Components:
     return Components(config, task, reasoner, retriever, QueryGenerator(list(config.query_modes)), extractor,
                       _namespace(config.reasoner, [ident, corpus.fingerprint(), _task_file(task)], config),
                       feature_dims, probes)
+
+
+def _index_fingerprint(path: str) -> str:
+    """An index's content: its manifest when that lists every file's SHA-256 (which loading checks, so the index is
+    hashed once, not twice), else every file's bytes."""
+    from pathlib import Path
+
+    from agents.retrievers.index import MANIFEST, read_manifest
+    from envs.io import content_fingerprint, sha256_file
+
+    if read_manifest(path).get("sha256"):
+        return sha256_file(Path(path) / MANIFEST)
+    return content_fingerprint(path)
 
 
 def _task_file(task) -> str | None:

@@ -10,6 +10,26 @@ from __future__ import annotations
 
 from typing import Any
 
+_CACHE: dict[str, Any] = {"version": None, "tables": {}}
+
+
+def _cached(fn):
+    """Memoise a table on the signal registry's version: derived once per change, not once per env step."""
+    def wrapper():
+        from agents.signals.base import SIGNALS
+
+        SIGNALS.names()  # loads the builtin signals (a registration bumps the version)
+        if _CACHE["version"] != SIGNALS.version:
+            _CACHE["version"], _CACHE["tables"] = SIGNALS.version, {}
+        tables = _CACHE["tables"]
+        if fn.__name__ not in tables:
+            tables[fn.__name__] = fn()
+        value = tables[fn.__name__]
+        return value.copy()  # callers may mutate their copy
+
+    wrapper.__name__, wrapper.__doc__ = fn.__name__, fn.__doc__
+    return wrapper
+
 
 def _signal_infos() -> list[tuple[str, dict[str, Any]]]:
     from agents.signals.base import SIGNALS
@@ -17,11 +37,13 @@ def _signal_infos() -> list[tuple[str, dict[str, Any]]]:
     return [(name, SIGNALS.info(name)) for name in SIGNALS.names()]
 
 
+@_cached
 def config_groups() -> list[str]:
     """The values ``EnvConfig.signals`` accepts: every group a registered signal declared."""
     return list(dict.fromkeys(i["group"] for _, i in _signal_infos() if i["group"]))
 
 
+@_cached
 def group_signals() -> dict[str, list[str]]:
     """Observation field -> the signals whose vectors are concatenated into it (registration order)."""
     out: dict[str, list[str]] = {}
@@ -31,6 +53,7 @@ def group_signals() -> dict[str, list[str]]:
     return out
 
 
+@_cached
 def group_fields() -> dict[str, list[str]]:
     """``EnvConfig.signals`` group -> the observation fields it turns on (``content``: step and context)."""
     out: dict[str, list[str]] = {}
@@ -40,17 +63,20 @@ def group_fields() -> dict[str, list[str]]:
     return out
 
 
+@_cached
 def episode_fields() -> dict[str, str]:
     """Observation fields the env fills per *episode* from a field of the episode's first step (the question's
     embedding is the context embedding of step 1: the state after reading the question)."""
     return {i["episode_field"]: i["field"] for _, i in _signal_infos() if i["episode_field"]}
 
 
+@_cached
 def half_fields() -> set[str]:
     """Fields stored in half precision (hidden-state embeddings: large, read only by a learned projection)."""
     return {i["field"] for _, i in _signal_infos() if i["field"] and i["dtype"] == "float16"}
 
 
+@_cached
 def scalar_signals() -> dict[str, tuple[str, int]]:
     """Scalar signals exposed in ``info["signals"]`` (for threshold triggers): name -> (signal, index)."""
     return {k: (name, idx) for name, i in _signal_infos() for k, idx in i["scalars"].items()}

@@ -97,6 +97,8 @@ class Registry(Generic[T]):
         self._dotted = dotted_paths
         self._entries: dict[str, T] = {}
         self._info: dict[str, dict[str, Any]] = {}
+        #: bumped on every change: tables derived from the entries cache on it
+        self.version = 0
 
     # -- writing
     def register(self, name: str, obj: T | None = None, /, **info: Any) -> Any:
@@ -112,6 +114,7 @@ class Registry(Generic[T]):
                                          f"({_describe(self._entries[name])}); pick another name")
             self._entries[name] = entry
             self._info[name] = dict(info)
+            self.version += 1
             return entry
 
         return add if obj is None else add(obj)
@@ -127,6 +130,7 @@ class Registry(Generic[T]):
         if name not in self._entries:
             raise UnknownNameError(self.kind, name, self.names(), dotted=self._dotted)
         self._info.pop(name, None)
+        self.version += 1
         return self._entries.pop(name)
 
     # -- reading
