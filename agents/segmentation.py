@@ -86,6 +86,18 @@ def parse_header(line: str) -> Header | None:
     return _header_match(m) if m else None
 
 
+def join_forced(forced: str, generated: str) -> str:
+    """A line that began with text written for the model (``forced``, e.g. answer closing's ``Answer:``) and went
+    on with what it generated: one space between them unless the generated text brings its own (a BPE token like
+    ``" Paris"`` does).
+
+    Example:
+        >>> join_forced("Answer:", " Paris"), join_forced("Answer :", "a b")
+        ('Answer: Paris', 'Answer : a b')
+    """
+    return forced + (generated if not generated or generated[:1].isspace() else " " + generated)
+
+
 def clean_content(text: str) -> str:
     """Strip whitespace and stray markdown bold around a step's content."""
     text = text.strip()

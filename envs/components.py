@@ -76,6 +76,23 @@ class Components:
     def quality(self, q, record) -> float:
         return 0.0 if record is None else float(self.task.quality(q, record.content))
 
+    @property
+    def quality_metric(self) -> str:
+        """The name of the metric :meth:`quality` returns (the task's ``quality_metric``; ``quality`` if none)."""
+        return str(getattr(self.task, "quality_metric", "quality"))
+
+    def metrics(self, q, record) -> dict[str, float]:
+        """Every metric of the final answer (the task's ``metrics``; just the quality for a task without them)."""
+        fn = getattr(self.task, "metrics", None)
+        if callable(fn):
+            return {k: float(v) for k, v in fn(q, None if record is None else record.content).items()}
+        return {self.quality_metric: self.quality(q, record)}
+
+    @property
+    def can_close(self) -> bool:
+        """Whether the reasoner can be asked for the answer (``with_answer_prompt``; ``EnvConfig.answer_closing``)."""
+        return callable(getattr(self.reasoner, "with_answer_prompt", None))
+
     # -- signals
     def features(self, step, state) -> tuple[dict[str, np.ndarray], dict[str, float], dict[str, float]]:
         """Observation groups, scalar signals and the group mask of one step."""
@@ -201,7 +218,7 @@ def _namespace(kind: str, identity, config: EnvConfig) -> str:
 
     outcome_fields = {k: v for k, v in config.to_dict().items()
                       if k not in ("costs", "cost_params", "cache_path", "split", "max_questions", "querygen",
-                                   "fact_holdout", "artifact", "data_path")}
+                                   "fact_holdout", "artifact", "data_path", "corpus", "answer_closing")}
     if config.probes:
         outcome_fields["probes"] = {n: content_fingerprint(p) for n, p in sorted(config.probes.items())}
     # transport settings of a backend decide how long a request may take, never what it returns
@@ -215,7 +232,9 @@ def _namespace(kind: str, identity, config: EnvConfig) -> str:
 
         outcome_fields["pos_tagger"] = tagger_name()
     # the retrieval caps decide which action prefixes an episode reaches, never what a prefix's record holds (a
-    # capped "retrieve" is recorded as an accept): a capped run reads the records of an uncapped one
+    # capped "retrieve" is recorded as an accept): a capped run reads the records of an uncapped one. The same
+    # holds for answer_closing (its closing record sits under a prefix of its own) and the corpus, which enters
+    # by its content fingerprint (the identity), never by its spec
     defaults = EnvConfig()
     outcome_fields["max_retrievals_per_question"] = defaults.max_retrievals_per_question
     if not config.compress_evidence:  # off (the default): the namespace of runs made before the option existed
@@ -244,7 +263,14 @@ def qa_components(config: EnvConfig, task: Any = None) -> Components:
     from envs.qa_task import QATask
 
     task = task if task is not None else QATask(config.task, config.split, config.data_path)
-    corpus = task.corpus()
+    if isinstance(task, QATask):
+        corpus = task.corpus(config.corpus)
+    elif config.corpus is not None:  # a plugged-in task with a corpus spec from the config
+        from agents.retrievers.corpus_spec import load_corpus
+
+        corpus = load_corpus(config.corpus)
+    else:
+        corpus = task.corpus()
     extra = {}
     if "rind" in config.signals:  # DRAGIN's RIND reads last-layer attention: eager attention, captured
         if config.reasoner != "hf":
@@ -314,13 +340,23 @@ def task_retriever(config: EnvConfig, corpus):  # shared by the real-data and mi
             raise ValueError("EnvConfig: retriever 'colbert' needs index_path (a PLAID index of this task's corpus; "
                              "build one with `kairos index build --retriever colbert …`)")
         return RETRIEVERS.get(config.retriever).build(corpus)
-    from agents.retrievers.index import load_index, read_manifest
+    from agents.retrievers.index import IndexMismatchError, load_index, read_manifest
 
-    kind = read_manifest(config.index_path)["kind"]
+    manifest = read_manifest(config.index_path)
+    kind = manifest["kind"]
     if kind != config.retriever:
         raise ValueError(f"EnvConfig: index_path {config.index_path} holds a '{kind}' index but retriever is "
                          f"'{config.retriever}'")
-    return load_index(config.index_path, corpus)
+    try:
+        return load_index(config.index_path, corpus)
+    except IndexMismatchError as e:  # the env's corpus is not the index's: say which two, and both ways out
+        built = (manifest.get("corpus") or {}).get("spec") or "an unrecorded corpus"
+        raise IndexMismatchError(
+            f"EnvConfig.index_path {config.index_path} was built from corpus '{built}' "
+            f"({manifest.get('n_docs')} passages), but this env searches {corpus.source} ({len(corpus)} passages; "
+            f"EnvConfig.corpus: {config.corpus!r}). Either set EnvConfig.corpus to the corpus the index was built "
+            f"from ('{built}'), or build an index of this corpus: `kairos index build --retriever {kind} --corpus "
+            f"<spec of {corpus.source}> --out DIR` and point index_path at it. ({e})") from None
 
 
 def microworld_components(config: EnvConfig) -> Components:
@@ -331,6 +367,9 @@ def microworld_components(config: EnvConfig) -> Components:
 
     if config.reasoner != "micro":
         raise ValueError(f"the micro-world task runs the micro-world LM (reasoner 'micro'), got '{config.reasoner}'")
+    if config.corpus is not None:
+        raise ValueError(f"EnvConfig.corpus {config.corpus!r}: the micro-world task searches its own world's fact "
+                         "corpus (leave corpus unset)")
     world = load_artifact(config.artifact)
     task = MicroWorldTask(world, config.split, config.fact_holdout or None)
     reasoner = MicroReasoner(world, max_step_tokens=config.max_step_tokens)

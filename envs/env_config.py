@@ -28,6 +28,10 @@ class EnvConfig(ConfigBase):
                                    "out a seeded share of the facts; 'train' keeps the questions whose gold chain "
                                    "avoids them, 'test' those that need one ({}: off)")
     data_path: str | None = helpf(None, "dataset file for real-data tasks (default: the shared data)")
+    corpus: str | None = helpf(None, "what the retriever searches (real-data tasks): null = the task's own (its file's "
+                                     "paragraphs; MedMCQA: explanations outside the split), 'paragraphs', "
+                                     "'medmcqa_explanations[:PATH]', 'DATASET:PATH', 'flashrag:PATH' or PATH.jsonl "
+                                     "(a FlashRAG corpus); a prebuilt index_path must have been built from it")
     retriever: str = helpf("bm25", "a registered retriever (agents.retrievers.index.RETRIEVERS): bm25 | colbert")
     index_path: str | None = helpf(None, "prebuilt index directory (default: build BM25 in memory)")
     top_k: int = helpf(3, "passages retrieved per query; the first one not used before is injected")
@@ -39,6 +43,9 @@ class EnvConfig(ConfigBase):
                                    "query formulations QueryGen chooses from (the first is the default)")
     querygen: bool = helpf(False, "action = (retrieve?, query mode) instead of retrieve?")
     max_steps: int = helpf(8, "truncate the episode after this many accepted steps")
+    answer_closing: bool = helpf(True, "a chain that reaches max_steps or ends without a usable answer line (none, "
+                                       "empty, or 'Answer: Answer:') is asked for the answer once ('Answer:' "
+                                       "written for the reasoner), counted as a step in tokens and cost")
     max_retrievals_per_step: int = helpf(1, "retrievals allowed on one step (then the step is accepted)")
     max_retrievals_per_question: int = helpf(4, "retrievals allowed in one episode")
     costs: dict[str, float] = helpf({"retrieval_calls": 0.1}, "cost name or dotted path -> weight λ")

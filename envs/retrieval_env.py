@@ -9,6 +9,10 @@ One episode = one question; one env step = one decision about the step just gene
 
 The episode terminates when an accepted step is the final ``Answer`` line, and is truncated after
 ``max_steps`` accepted steps. Reward per decision is ``−Σ λ_c · cost_c``, plus the answer quality at the end.
+A chain that ends without a usable answer line (truncated, ended without one, ``Answer:`` with nothing after
+it) is asked for the answer once (``answer_closing``, the way IRCoT closes with "So the answer is": the reasoner
+continues after a written ``Answer:``); its tokens and seconds count in the last decision's cost, and the final
+info says how the episode ended (``answer_status``: answered | closed | none) beside every answer metric.
 
 Outcomes are cached by ``(question, action prefix)`` in a :class:`~envs.trajectory_cache.TrajectoryCache`;
 greedy decoding makes them deterministic, so a warm cache replays episodes without running the LM.
@@ -35,6 +39,7 @@ import numpy as np
 from gymnasium import spaces
 
 from agents.reasoners.base import BranchingReasoner
+from agents.segmentation import parse_header
 from envs.components import episode_fields, observation_groups
 from envs.costs import CostEvent, CostModel, modelled_seconds
 from envs.env_config import EnvConfig
@@ -93,6 +98,17 @@ class Episode:
     used: list[str] = field(default_factory=list)  # passage ids injected so far (never injected twice)
     log: list[dict[str, Any]] = field(default_factory=list)  # per decision, returned in the final info
     episode_feats: dict[str, tuple] = field(default_factory=dict)  # per-episode observation fields
+    answer: StepRecord | None = None            # at the end: the record whose content is scored (None: no answer)
+    answer_status: str | None = None            # at the end: answered | closed (by answer_closing) | none
+
+
+def usable_answer(rec: StepRecord | None) -> bool:
+    """Whether a step is a usable final answer: an ``Answer`` line with content that is not another answer
+    header (``Answer:`` with nothing after it, or ``Answer: Answer: …``, are no answer)."""
+    if rec is None or not rec.is_answer or not rec.content.strip():
+        return False
+    h = parse_header(rec.content.strip())
+    return not (h is not None and h.kind == "answer")
 
 
 def execute_requests(reasoner, requests: list[tuple]) -> list[tuple]:
@@ -185,31 +201,46 @@ def step_batch(envs: list[RetrievalTimingEnv], actions: list[Any]) -> list[tuple
         ep.record = rec
 
     # 3. accept: the step stands; the episode ends at the answer (or max_steps), else the next step is generated
-    #    (cache, else one batched generation)
+    #    (cache, else one batched generation). An episode that ends without a usable answer line is asked for
+    #    the answer once (answer_closing: "Answer:" written for the reasoner; cache, else one batched generation)
     aix = [i for i, d in enumerate(decided)
            if not d["retrieve"] or envs[i].ep.retrievals_this_step >= envs[i].config.max_retrievals_per_step]
-    nix = []
+    nix, cix = [], []
     for i in aix:
-        ep = envs[i].ep
+        ep, cfg = envs[i].ep, envs[i].config
         ep.n_accepted += 1
         ep.accepted_steps.append(ep.record.text)
         ep.retrievals_this_step = 0
         ep.since_retrieval += 1
         if ep.record.is_answer or ep.record.final:
             decided[i]["done"] = (True, False)
-        elif ep.n_accepted >= envs[i].config.max_steps:
+        elif ep.n_accepted >= cfg.max_steps:
             decided[i]["done"] = (False, True)
         else:
             ep.prefix += ("a",)
             nix.append(i)
-    for i, rec in zip(nix, _records([envs[i] for i in nix], "next")):
-        ep, d = envs[i].ep, decided[i]
-        ep.tokens += rec.n_tokens
-        ep.seconds += rec.seconds
-        ep.record = rec
-        ev = d["event"]
-        d["event"] = CostEvent(**{**ev.__dict__, "tokens_generated": ev.tokens_generated + rec.n_tokens,
-                                  "seconds_measured": ev.seconds_measured + rec.seconds})
+            continue
+        if usable_answer(ep.record):
+            ep.answer, ep.answer_status = ep.record, "answered"
+        elif cfg.answer_closing and envs[i].c.can_close:
+            ep.prefix += ("c",)
+            cix.append(i)
+        else:  # no closing: the last line is scored as it stands (a truncated chain has no answer)
+            ep.answer, ep.answer_status = (ep.record if decided[i]["done"][0] else None), "none"
+    for kind, ix in (("next", nix), ("close", cix)):
+        for i, rec in zip(ix, _records([envs[i] for i in ix], kind)):
+            ep, d = envs[i].ep, decided[i]
+            ep.tokens += rec.n_tokens
+            ep.seconds += rec.seconds
+            ep.record = rec
+            ev = d["event"]
+            d["event"] = CostEvent(**{**ev.__dict__, "tokens_generated": ev.tokens_generated + rec.n_tokens,
+                                      "seconds_measured": ev.seconds_measured + rec.seconds})
+            if kind == "close":
+                ep.answer = rec if usable_answer(rec) else None
+                ep.answer_status = "closed" if ep.answer is not None else "none"
+                if ep.answer is None:
+                    log.debug("%s: no usable answer after closing: %r", envs[i].c.question_id(ep.q), rec.text)
 
     # 4. costs, answer quality at the end, reward, info
     out = []
@@ -219,7 +250,7 @@ def step_batch(envs: list[RetrievalTimingEnv], actions: list[Any]) -> list[tuple
         penalty, raw = e.costs(event)
         reward, quality = -penalty, None
         if terminated or truncated:
-            quality = e.c.quality(ep.q, ep.record if terminated else None)
+            quality = e.c.quality(ep.q, ep.answer)
             reward += quality
         ep.log.append({"action": [d["retrieve"], int(d["mode"])], "capped": d["capped"], "step": d["step"].text,
                        "label": d["step"].label, "signals": d["step"].signals, **d["retrieved"], "costs": raw,
@@ -230,8 +261,8 @@ def step_batch(envs: list[RetrievalTimingEnv], actions: list[Any]) -> list[tuple
 
 
 def _records(envs: list[RetrievalTimingEnv], kind: str, modes: list[int] | None = None) -> list[StepRecord]:
-    """The record of each env's current action prefix (``kind``: start | retrieve | next): cache hits; for the
-    misses the queries and ONE batched search (retrieve), ONE batched generation, then signals and labels — each
+    """The record of each env's current action prefix (``kind``: start | retrieve | next | close): cache hits; for
+    the misses the queries and ONE batched search (retrieve), ONE batched generation, then signals and labels — each
     new record cached. ``seconds`` of a new record: its env's own work plus its share of the batched calls."""
     if not envs:
         return []
@@ -255,6 +286,9 @@ def _records(envs: list[RetrievalTimingEnv], kind: str, modes: list[int] | None 
             job = {"before": c.reasoner.start(c.question_text(ep.q)), "chain_before": None}
         elif kind == "next":
             job = {"before": envs[i]._state("after"), "chain_before": ep.record.chain_object}
+        elif kind == "close":  # the state after the last step, with "Answer:" written for the reasoner
+            job = {"before": c.reasoner.with_answer_prompt(envs[i]._state("after")),
+                   "chain_before": ep.record.chain_object}
         else:
             job = {"before": envs[i]._state("before"), "chain_before": ep.record.chain_before}
         jobs.append(job)
@@ -425,7 +459,9 @@ class RetrievalTimingEnv(gym.Env):
             info["error_kind"] = rec.error_kind
         if quality is not None:
             info["quality"] = quality
+            info["metrics"] = self.c.metrics(ep.q, ep.answer)
             info["answer"] = rec.text
+            info["answer_status"] = ep.answer_status
             info["tokens"] = ep.tokens
             info["seconds"] = round(ep.seconds, 6)
             info["episode"] = list(ep.log)

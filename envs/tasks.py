@@ -3,7 +3,9 @@
 A task entry is a *builder* ``fn(config: EnvConfig) -> envs.components.Components``: it loads the questions
 (a :class:`Task`) and assembles the reasoner, retriever and signals that task runs on. Builtin entries name
 their builder by dotted path, so reading this registry (e.g. to validate a config on the driver) imports
-nothing heavy.
+nothing heavy. Every registered dataset loader (:data:`envs.data.loaders.LOADERS`: hotpotqa, musique,
+2wikimultihopqa, medmcqa, medqa, mmlu_pro, mmlu, pubmedqa, flashrag — and any you register) is a task of its
+own: its questions through :class:`envs.qa_task.QATask`, the corpus from ``EnvConfig.corpus``.
 
 Plug in your own::
 
@@ -15,8 +17,8 @@ Plug in your own::
         return qa_components(config, task=MyTask(config.split))   # any object implementing Task
 
 Example:
-    >>> TASKS.names()
-    ['microworld', 'hotpotqa', 'medmcqa']
+    >>> TASKS.names()[:4]
+    ['microworld', 'hotpotqa', 'musique', '2wikimultihopqa']
     >>> isinstance(object(), Task)
     False
 """
@@ -27,19 +29,39 @@ from typing import Any, Protocol, runtime_checkable
 
 from envs.registry import Registry
 
+
+class _TaskRegistry(Registry):
+    """The task registry: its own entries plus one per registered dataset loader
+    (:data:`envs.data.loaders.LOADERS`) — ``qa_components`` over that dataset's questions — so a loader registered
+    later is an env task as well."""
+
+    _loaders_seen = -1
+
+    def _load(self) -> None:
+        super()._load()
+        from envs.data.loaders import LOADERS
+
+        if LOADERS.version != self._loaders_seen:
+            self._loaders_seen = LOADERS.version
+            for name in LOADERS.names():
+                if name not in self._entries:
+                    self.register_path(name, "envs.components:qa_components", labels=False, dataset=name)
+
+
 #: task name -> builder ``fn(config) -> Components``
-TASKS: Registry = Registry("task")
+TASKS: Registry = _TaskRegistry("task")
 TASKS.register_path("microworld", "envs.components:microworld_components", labels=True)
-TASKS.register_path("hotpotqa", "envs.components:qa_components", labels=False)
-TASKS.register_path("medmcqa", "envs.components:qa_components", labels=False)
 
 
 @runtime_checkable
 class Task(Protocol):
     """A question source: its questions, how to show them, and how to score an answer.
 
-    Optional methods the env and the benchmark use when present (declared in :class:`LabelledTask`):
-    ``label`` (ground-truth step labels, the micro-world's), ``gold_passages`` and ``question_attr``.
+    Optional members the env and the benchmark use when present: ``label`` (ground-truth step labels, the
+    micro-world's; declared in :class:`LabelledTask`), ``gold_passages``, ``question_attr``, and
+    ``metrics(q, answer_content | None) -> {name: value}`` with ``quality_metric`` (which of them ``quality``
+    is; the report names its columns by them, e.g. F1 and EM for extractive answers) — without them the
+    report shows ``quality`` alone.
     """
 
     questions: list[Any]

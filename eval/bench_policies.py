@@ -272,8 +272,12 @@ class Runner:
         config pointed at an old out_dir is an error, never a silent mix of results."""
         from envs.io import write_json
 
-        fp = {"namespace": self.components.namespace, "split": self.env_config.split,
-              "lambda_retrieval": self.cfg.lambda_retrieval}
+        ec = self.env_config
+        fp = {"namespace": self.components.namespace, "split": ec.split, "lambda_retrieval": self.cfg.lambda_retrieval,
+              # what an episode reaches and how it ends, beside what its records hold (the namespace)
+              "episode": {"max_retrievals_per_question": ec.max_retrievals_per_question,
+                          "max_retrievals_per_step": ec.max_retrievals_per_step,
+                          "answer_closing": bool(ec.answer_closing and self.components.can_close)}}
         path = self.out / "per_question" / "fingerprint.json"
         if path.is_file():
             old = json.loads(path.read_text())
@@ -501,7 +505,7 @@ def _select_learned(m: MethodSpec, runner: Runner, dev: range, test: range, cali
 def _cache_oracle(runner: Runner, questions: range, lam: float, max_leaves: int = 4096,
                   modes: list[str] | None = None) -> dict[str, Any]:
     """Per question, the best leaf of the decision tree at λ (:mod:`eval.oracle`, searched breadth first over all
-    questions with batched generation; replays hit the trajectory cache). ``modes``: each retrieval may use any of
+    questions with batched generation and branch and bound at λ; replays hit the trajectory cache). ``modes``: each retrieval may use any of
     these query modes (the tree branches per mode; QueryGen actions, same cache namespace); None: the env's
     default mode."""
     from tqdm.auto import tqdm
@@ -516,7 +520,8 @@ def _cache_oracle(runner: Runner, questions: range, lam: float, max_leaves: int 
     venv = BatchedRetrievalEnv(runner.cfg.batch_size, cfg, components=runner.components)
     try:
         with tqdm(desc="test cache oracle (decision-tree search)", unit="leaf", leave=False) as bar:
-            trees = enumerate_leaves_batched(venv, list(questions), max_leaves=max_leaves, progress=bar, modes=idx)
+            trees = enumerate_leaves_batched(venv, list(questions), max_leaves=max_leaves, progress=bar, modes=idx,
+                                             prune_lambda=lam)
         rows = []
         env = venv.envs[0]
         for q in questions:
@@ -545,7 +550,10 @@ def _average_seeds(runs: list[dict[str, Any]], p: float) -> dict[str, Any]:
     for q in sorted(by_q):
         es = by_q[q]
         rows.append({**es[0], **{k: float(np.mean([e[k] for e in es]))
-                                 for k in ("quality", "calls", "reward", "steps", "tokens", "seconds")}})
+                                 for k in ("quality", "calls", "reward", "steps", "tokens", "seconds")},
+                     "metrics": {k: float(np.mean([(e.get("metrics") or {}).get(k, 0.0) for e in es]))
+                                 for k in (es[0].get("metrics") or {})},
+                     "answer_status": None})
     out = {"policy": runs[0]["policy"], "n": len(rows), **summarize_rows(rows), "episodes": rows, "p": p,
            "seed_accuracy": [r["accuracy"] for r in runs], "seed_calls": [r["calls_per_question"] for r in runs]}
     return out
@@ -577,6 +585,9 @@ def summarize(cfg: BenchConfig, runner: Runner, results: dict[str, dict], calib:
             "lambda": m.lam if m.kind == "learned" else None,
             "harm_rate": (float(np.mean(qual[name] < qual[ref] - 1e-9)) if ref and name != ref else None),
             "query_mode": r.get("query_mode") or m.query_mode, "dev_reward": calib.get(name, {}).get("dev_reward"),
+            # the task's answer metrics (F1 and EM; lenient and strict accuracy) and how the episodes ended
+            "metrics": r.get("metrics"), "no_answer_share": r.get("no_answer_share"),
+            "closed_share": r.get("closed_share"),
         }
         if m.kind == "random":
             methods[name]["p"] = r["p"]
@@ -635,7 +646,10 @@ def summarize(cfg: BenchConfig, runner: Runner, results: dict[str, dict], calib:
                   "test": cfg.test, "n_test": len(parse_slice(cfg.test, "test")),
                   "reasoner": runner.env_config.reasoner, "retriever": runner.env_config.retriever,
                   "lambda_retrieval": cfg.lambda_retrieval, "bootstrap_resamples": cfg.n_resamples,
-                  "seed": cfg.seed},
+                  "seed": cfg.seed, "quality_metric": runner.components.quality_metric,
+                  "metrics": list(getattr(runner.components.task, "metric_names", ()))
+                  or [runner.components.quality_metric],
+                  "answer_closing": bool(runner.env_config.answer_closing and runner.components.can_close)},
         "reference": ref, "methods": methods, "comparisons": comparisons, "matched_budget": matched,
         "dominance": dominance, "frontier": frontier, "breakdowns": breakdowns, "notes": notes,
         "calibration": calib, "skipped": skipped, "best_fixed": best_fixed, "oracle": oracle,

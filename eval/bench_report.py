@@ -237,7 +237,7 @@ def plot_pareto(summary: Mapping[str, Any], out_png: str | Path) -> Path:
         ax.text(0.5, 0.5, "no methods with accuracy and calls", ha="center", va="center",
                 transform=ax.transAxes, color="0.4")
     ax.set_xlabel("retrieval calls per question")
-    ax.set_ylabel("accuracy")
+    ax.set_ylabel(quality_label(summary))
     ax.set_title(str(summary.get("title") or "Accuracy vs retrieval calls"), fontsize=10)
     ax.grid(alpha=0.3)
     if points:
@@ -288,7 +288,7 @@ def plot_accuracy_ci(summary: Mapping[str, Any], out_png: str | Path) -> Path:
             ax.text(a + e + 0.01 * max(right, 1e-9), y, txt, va="center", fontsize=7.5)
         ax.set_yticks(ys, [_label(n, m) for n, m, _ in rows], fontsize=8)
         ax.set_xlim(0, max(right * 1.22, 0.05))
-    ax.set_xlabel("accuracy (95% bootstrap CI)")
+    ax.set_xlabel(f"{quality_label(summary)} (95% bootstrap CI)")
     ax.set_title(str(summary.get("title") or "Accuracy per method"), fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
@@ -299,6 +299,18 @@ def plot_accuracy_ci(summary: Mapping[str, Any], out_png: str | Path) -> Path:
 #
 # Markdown and HTML are rendered from one list of blocks so that both carry the same content:
 # ("h", level, text) | ("p", text) | ("ul", [text]) | ("table", headers, rows, numeric_cols) | ("img", key)
+
+
+def metric_label(name: str) -> str:
+    """How a report names an answer metric (``setup.quality_metric`` / ``setup.metrics`` of a summary)."""
+    from envs.qa_task import METRIC_LABELS
+
+    return METRIC_LABELS.get(name, name)
+
+
+def quality_label(summary: Mapping[str, Any]) -> str:
+    """The name of what the summary's ``accuracy`` holds (the task's quality metric; ``accuracy`` when unstated)."""
+    return metric_label((summary.get("setup") or {}).get("quality_metric") or "acc")
 
 
 def _blocks(summary: Mapping[str, Any], plot_keys: Sequence[str]) -> list[tuple[Any, ...]]:
@@ -314,20 +326,33 @@ def _blocks(summary: Mapping[str, Any], plot_keys: Sequence[str]) -> list[tuple[
     out.append(("h", 2, "Results"))
     if methods:
         has_lam = any(_num(m.get("lambda")) is not None for m in methods.values())
-        headers = ["method", "kind", "accuracy [95% CI]", "calls/q", "tokens", "seconds", "reward", "harm rate",
-                   "gain/call", "evidence recall", "threshold · query mode"] + (["λ"] if has_lam else []) + ["n"]
+        qname = quality_label(summary)
+        # the task's other answer metrics (e.g. EM beside F1, strict beside lenient accuracy) as columns of their own
+        extra = [k for k in (setup.get("metrics") or []) if k != setup.get("quality_metric")]
+        closing = any(m.get("no_answer_share") is not None for m in methods.values())
+        headers = (["method", "kind", f"{qname} [95% CI]"] + [metric_label(k) for k in extra]
+                   + ["calls/q", "tokens", "seconds", "reward", "harm rate", "gain/call", "evidence recall"]
+                   + (["no answer", "closed"] if closing else []) + ["threshold · query mode"]
+                   + (["λ"] if has_lam else []) + ["n"])
         rows = []
         for name, m in methods.items():
             thr = _fmt(m.get("threshold"), 3)
             if m.get("query_mode"):
                 thr = f"{thr} · {m['query_mode']}" if thr != DASH else str(m["query_mode"])
-            row = [name, str(m.get("kind") or DASH), _fmt_ci(m.get("accuracy"), m.get("acc_lo"), m.get("acc_hi")),
-                   _fmt(m.get("calls"), 2), _fmt_big(m.get("tokens")), _fmt(m.get("seconds"), 2),
-                   _fmt(m.get("reward"), 3), _fmt(m.get("harm_rate"), 3), _fmt(m.get("gain_per_call"), 3),
-                   _fmt(m.get("gold_injected_share"), 3), thr]
+            row = ([name, str(m.get("kind") or DASH), _fmt_ci(m.get("accuracy"), m.get("acc_lo"), m.get("acc_hi"))]
+                   + [_fmt((m.get("metrics") or {}).get(k), 3) for k in extra]
+                   + [_fmt(m.get("calls"), 2), _fmt_big(m.get("tokens")), _fmt(m.get("seconds"), 2),
+                      _fmt(m.get("reward"), 3), _fmt(m.get("harm_rate"), 3), _fmt(m.get("gain_per_call"), 3),
+                      _fmt(m.get("gold_injected_share"), 3)]
+                   + ([_fmt(m.get("no_answer_share"), 3), _fmt(m.get("closed_share"), 3)] if closing else [])
+                   + [thr])
             row += [_fmt_value(_num(m.get("lambda")))] if has_lam else []
             rows.append(row + [_fmt_int(m.get("n"))])
         out.append(("table", headers, rows, set(range(2, len(headers)))))
+        if closing:
+            out.append(("p", "No answer: share of questions whose episode ended without a usable answer line (after "
+                             "answer closing, when on); closed: share answered only because the chain was asked for "
+                             "its answer at the end (answer_closing)."))
         if ref:
             out.append(("p", f"Reference method for the comparisons: {ref}. Harm rate: share of questions whose "
                              f"quality is below {ref}'s; gain/call: (quality − {ref}'s) per retrieval call; evidence "

@@ -60,7 +60,8 @@ def enumerate_leaves(env, question_index: int, max_leaves: int = 4096) -> list[L
 
 
 def enumerate_leaves_batched(venv, question_indices: list[int], max_leaves: int = 4096, progress=None,
-                             modes: list[int] | None = None) -> dict[int, list[Leaf]]:
+                             modes: list[int] | None = None, prune_lambda: float | None = None,
+                             quality_max: float = 1.0) -> dict[int, list[Leaf]]:
     """:func:`enumerate_leaves` for many questions at once, breadth first: each round replays every open action
     prefix (trajectory-cache hits) and generates the records one decision deeper for all of them in batched
     reasoner calls (``venv``: an :class:`envs.vector.BatchedRetrievalEnv`). Same leaves as the depth-first
@@ -68,7 +69,14 @@ def enumerate_leaves_batched(venv, question_indices: list[int], max_leaves: int 
 
     ``modes``: with an env of QueryGen actions (``querygen: true``), the query-mode indices a retrieval may use;
     actions are then ``(retrieve, mode)`` pairs and each retrieval branches once per mode (the oracle over when
-    *and* how to ask). ``None``: plain ``0/1`` actions (the env's default mode)."""
+    *and* how to ask). ``None``: plain ``0/1`` actions (the env's default mode).
+
+    ``prune_lambda``: branch and bound for the best leaf at that λ (:func:`best_leaf` with weights
+    ``{"retrieval_calls": λ}``). The never-retrieve leaf of each question is found first; from then on a prefix
+    none of whose leaves can reach the best reward found so far for its question (``quality_max − λ·calls`` below
+    it: calls only grow along a branch) is not expanded. The best leaf is the one the full search finds; the lists
+    hold fewer leaves. On the micro-world this skips every retrieval branch of a question the closed-book chain
+    already answers right."""
     from envs.retrieval_env import reset_batch, step_batch
 
     envs = venv.envs
@@ -78,38 +86,56 @@ def enumerate_leaves_batched(venv, question_indices: list[int], max_leaves: int 
     accept = (0, 0) if modes is not None else 0
     retrieve = [(1, int(m)) for m in modes] if modes is not None else [1]
     leaves: dict[int, list[Leaf]] = {int(q): [] for q in question_indices}
-    frontier: list[tuple[int, tuple[int, ...]]] = [(int(q), ()) for q in question_indices]
-    while frontier:
-        nxt: list[tuple[int, tuple[int, ...]]] = []
-        for start in range(0, len(frontier), len(envs)):
-            chunk = frontier[start:start + len(envs)]
-            es = envs[:len(chunk)]
-            infos = [i for _, i in reset_batch(es, options=[{"question_index": q} for q, _ in chunk])]
-            totals: list[dict] = [{} for _ in chunk]
-            done = [False] * len(chunk)
-            for t in range(max(len(a) for _, a in chunk)):
-                idx = [j for j, (_, a) in enumerate(chunk) if t < len(a)]
-                for j, (_, _, te, tr, info) in zip(idx, step_batch([es[j] for j in idx], [chunk[j][1][t] for j in idx])):
-                    infos[j], done[j] = info, bool(te or tr)
-                    for k, v in info["costs"].items():
-                        totals[j][k] = totals[j].get(k, 0.0) + v
-            for j, (q, a) in enumerate(chunk):
-                info = infos[j]
-                if done[j]:
-                    leaves[q].append(Leaf(a, float(info["quality"]), int(info["retrievals"]), totals[j]))
-                    if progress is not None:
-                        progress.update(1)
-                    continue
-                if len(leaves[q]) >= max_leaves:
-                    log.warning("question %d: stopped after %d leaves", q, max_leaves)
-                    continue
-                nxt.append((q, a + (accept,)))
-                if (info["retrievals"] < cfg.max_retrievals_per_question
-                        and info["retrievals_this_step"] < cfg.max_retrievals_per_step):
-                    nxt += [(q, a + (r,)) for r in retrieve]
-        if progress is not None:
-            progress.set_postfix_str(f"{len(nxt)} open prefixes")
-        frontier = nxt
+    best = {int(q): -float("inf") for q in question_indices}  # best leaf reward so far (pruning only)
+
+    def worth(q: int, calls: int) -> bool:
+        return prune_lambda is None or quality_max - prune_lambda * calls >= best[q] - 1e-12
+
+    def search(frontier: list[tuple[int, tuple]], only_accept: bool) -> None:
+        while frontier:
+            nxt: list[tuple[int, tuple]] = []
+            for start in range(0, len(frontier), len(envs)):
+                chunk = frontier[start:start + len(envs)]
+                es = envs[:len(chunk)]
+                infos = [i for _, i in reset_batch(es, options=[{"question_index": q} for q, _ in chunk])]
+                totals: list[dict] = [{} for _ in chunk]
+                done = [False] * len(chunk)
+                for t in range(max(len(a) for _, a in chunk)):
+                    idx = [j for j, (_, a) in enumerate(chunk) if t < len(a)]
+                    for j, (_, _, te, tr, info) in zip(idx, step_batch([es[j] for j in idx],
+                                                                      [chunk[j][1][t] for j in idx])):
+                        infos[j], done[j] = info, bool(te or tr)
+                        for k, v in info["costs"].items():
+                            totals[j][k] = totals[j].get(k, 0.0) + v
+                for j, (q, a) in enumerate(chunk):
+                    info = infos[j]
+                    if done[j]:
+                        if only_accept or any(x != accept for x in a) or not searched_never:
+                            leaf = Leaf(a, float(info["quality"]), int(info["retrievals"]), totals[j])
+                            leaves[q].append(leaf)
+                            if prune_lambda is not None:
+                                best[q] = max(best[q], leaf.quality - prune_lambda * leaf.calls)
+                            if progress is not None:
+                                progress.update(1)
+                        continue
+                    if len(leaves[q]) >= max_leaves:
+                        log.warning("question %d: stopped after %d leaves", q, max_leaves)
+                        continue
+                    calls = int(info["retrievals"])
+                    if worth(q, calls):
+                        nxt.append((q, a + (accept,)))
+                    if (not only_accept and info["retrievals"] < cfg.max_retrievals_per_question
+                            and info["retrievals_this_step"] < cfg.max_retrievals_per_step and worth(q, calls + 1)):
+                        nxt += [(q, a + (r,)) for r in retrieve]
+            if progress is not None:
+                progress.set_postfix_str(f"{len(nxt)} open prefixes")
+            frontier = nxt
+
+    searched_never = False
+    if prune_lambda is not None:  # the closed-book chain first: its reward bounds the whole tree
+        search([(int(q), ()) for q in question_indices], only_accept=True)
+        searched_never = True
+    search([(int(q), ()) for q in question_indices], only_accept=False)
     return leaves
 
 

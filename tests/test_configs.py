@@ -20,9 +20,25 @@ def test_shipped_presets_load(name):
 
 
 def test_every_config_file_is_covered():
-    covered = set(KINDS) | {p.name for pat in ("train_*.yaml", "bench_*.yaml", "querygen_*.yaml", "rsus_*.yaml")
-                            for p in CONFIGS.glob(pat)}
+    covered = set(KINDS) | {p.name for pat in ("train_*.yaml", "bench_*.yaml", "querygen_*.yaml", "rsus_*.yaml",
+                                               "suite_*.yaml") for p in CONFIGS.glob(pat)}
     assert {p.name for p in CONFIGS.glob("*.yaml")} <= covered
+    listed = {str(Path(b).resolve()) for s in CONFIGS.glob("suite_*.yaml") for b in _suite(s).benchmarks}
+    assert {str(p.resolve()) for p in (CONFIGS / "seed").glob("*.yaml")} <= listed  # every seed config in a suite
+
+
+def _suite(path):
+    from eval.bench_suite import SuiteConfig
+
+    return SuiteConfig.from_yaml(path)
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("suite_*.yaml")), ids=lambda p: p.name)
+def test_suites_and_their_benchmarks_load(path):
+    from eval.bench_suite import load_suite
+
+    suite, benches = load_suite(str(path))
+    assert len(benches) == len(suite.benchmarks)
 
 
 @pytest.mark.parametrize("path", sorted(CONFIGS.glob("train_*.yaml")) + sorted(CONFIGS.glob("bench_*.yaml"))

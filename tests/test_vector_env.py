@@ -80,3 +80,24 @@ def test_batched_tree_search_finds_the_same_leaves(cfg):
     bfs = enumerate_leaves_batched(venv, [0, 1, 2])
     venv.close()
     assert {q: sorted((lf.actions, lf.quality, lf.calls) for lf in v) for q, v in bfs.items()} == dfs
+
+
+def test_branch_and_bound_finds_the_best_leaf_of_the_full_search(cfg):
+    from envs.retrieval_env import RetrievalTimingEnv
+    from envs.vector import BatchedRetrievalEnv
+    from eval.oracle import best_leaf, enumerate_leaves_batched
+
+    c = {**cfg, "max_retrievals_per_question": 3}
+    env = RetrievalTimingEnv(c)
+    venv = BatchedRetrievalEnv(4, c, components=env.c)
+    qs = list(range(6))
+    full = enumerate_leaves_batched(venv, qs)
+    fewer = 0
+    for lam in (0.0, 0.1, 0.4, 2.0):
+        pruned = enumerate_leaves_batched(venv, qs, prune_lambda=lam)
+        for q in qs:
+            assert best_leaf(pruned[q], {"retrieval_calls": lam}) == best_leaf(full[q], {"retrieval_calls": lam})
+            assert len({lf.actions for lf in pruned[q]}) == len(pruned[q]) <= len(full[q])  # no leaf twice
+            fewer += len(pruned[q]) < len(full[q])
+    venv.close()
+    assert fewer > 0  # the bound cut something

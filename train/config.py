@@ -132,9 +132,10 @@ class TrainConfig(ConfigBase):
                 v = float(getattr(sched, k))
                 if not (v == v and abs(v) != float("inf")) or v < 0:
                     raise ConfigError(f"TrainConfig: curriculum.{name}.{k} must be a finite λ >= 0, got {v}")
-        if self.warmstart.enabled and self.env != "microworld":
-            raise ConfigError(f"TrainConfig.warmstart: the counterfactual warm start is wired for env 'microworld', "
-                              f"not '{self.env}' (set warmstart.enabled: false)")
+        if self.warmstart.enabled and self.env not in PRESETS:
+            raise ConfigError(f"TrainConfig.warmstart: the counterfactual warm start labels through the Kairos env "
+                              f"presets ({', '.join(PRESETS)}), not a custom env factory '{self.env}' (set "
+                              "warmstart.enabled: false)")
         if self.env in PRESETS:  # the env config is typed: a typo fails here, on the driver, naming the key
             from envs.env_config import EnvConfig
 

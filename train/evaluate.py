@@ -150,6 +150,8 @@ def _row(qidx: int, info: dict[str, Any], ret: float, steps: int, truncated: boo
             "calls": int(info["retrievals"]), "reward": float(ret), "steps": steps,
             "tokens": int(info.get("tokens", 0)), "seconds": float(info.get("seconds", 0.0)),
             "answer": info.get("answer"), "truncated": truncated,
+            "metrics": {k: float(v) for k, v in (info.get("metrics") or {}).items()},
+            "answer_status": info.get("answer_status"),
             "decisions": [_jsonable(d) for d in info.get("episode", [])]}
 
 
@@ -158,7 +160,9 @@ def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
 
 
 def summarize_rows(rows: list[dict[str, Any]]) -> dict[str, float]:
-    """Means over per-question rows: accuracy, calls, reward, steps, tokens and seconds per question."""
+    """Means over per-question rows: accuracy (the mean quality), calls, reward, steps, tokens and seconds per
+    question; the task's answer ``metrics`` and how episodes ended (``closed_share``, ``no_answer_share``) when the
+    rows carry them."""
     if not rows:
         return {k: float("nan") for k in ("accuracy", "calls_per_question", "reward", "steps_per_question",
                                           "tokens_per_question", "seconds_per_question")}
@@ -166,6 +170,14 @@ def summarize_rows(rows: list[dict[str, Any]]) -> dict[str, float]:
     def mean(key):
         return float(np.mean([r.get(key, 0.0) for r in rows]))
 
-    return {"accuracy": mean("quality"), "calls_per_question": mean("calls"), "reward": mean("reward"),
-            "steps_per_question": mean("steps"), "tokens_per_question": mean("tokens"),
-            "seconds_per_question": mean("seconds")}
+    out = {"accuracy": mean("quality"), "calls_per_question": mean("calls"), "reward": mean("reward"),
+           "steps_per_question": mean("steps"), "tokens_per_question": mean("tokens"),
+           "seconds_per_question": mean("seconds")}
+    names = list(dict.fromkeys(k for r in rows for k in (r.get("metrics") or {})))
+    if names:  # every answer metric of the task (e.g. F1 and EM), means over the rows
+        out["metrics"] = {k: float(np.mean([(r.get("metrics") or {}).get(k, 0.0) for r in rows])) for k in names}
+    status = [r.get("answer_status") for r in rows if r.get("answer_status")]
+    if status:  # how the episodes ended: share closed by answer_closing, share without a usable answer
+        out["closed_share"] = float(np.mean([s == "closed" for s in status]))
+        out["no_answer_share"] = float(np.mean([s == "none" for s in status]))
+    return out

@@ -299,7 +299,10 @@ def run_warmstart_of(cfg: TrainConfig, show_progress: bool = True) -> Path:
 
     lam = cfg.curriculum["retrieval_calls"].end if "retrieval_calls" in cfg.curriculum else \
         float((cfg.env_config.get("costs") or {}).get("retrieval_calls", 0.1))
-    env_config = {k: v for k, v in cfg.env_config.items() if k != "max_questions"}
+    from envs.registration import PRESETS
+
+    # the run's env preset (e.g. hotpotqa: task, reasoner hf) under its env_config, as the env runners build it
+    env_config = {k: v for k, v in {**PRESETS.get(cfg.env, {}), **cfg.env_config}.items() if k != "max_questions"}
     return run_warmstart(env_config, cfg.warmstart, Path(cfg.out_dir) / "warmstart",
                          model_config=build_model_config(cfg), lam=lam, seed=cfg.seed, progress=show_progress)
 

@@ -71,7 +71,11 @@ class BranchingReasoner(Reasoner, Protocol):
     """A reasoner the env can drive: it can describe a state as plain data and rebuild it (the trajectory cache
     stores snapshots and replays branches from them), and turn a state into the state whose next step is the
     regeneration with evidence (so regenerations and plain next steps share one batched ``next_step`` call).
-    The micro-world and Hugging Face backends implement it."""
+    The micro-world, Hugging Face and OpenAI-compatible backends implement it.
+
+    Optional: ``with_answer_prompt(state) -> state``, the state whose next line is the final answer (``Answer:``
+    written for the model to continue) — the env's answer closing (``EnvConfig.answer_closing``) for a chain that
+    ends without a usable answer line; a reasoner without it has closing masked (``Components.can_close``)."""
 
     def snapshot(self, state: Any) -> dict:
         """A plain-data description of ``state`` (token ids, evidence, step count), enough to rebuild it."""

@@ -49,7 +49,7 @@ import torch
 
 from agents.reasoners.base import Capabilities, Step, run_chains
 from agents.reasoners.stepgen import GenState, generate_steps
-from agents.segmentation import STEP_INSTRUCTION, clean_content, parse_header
+from agents.segmentation import STEP_INSTRUCTION, clean_content, join_forced, parse_header
 from envs.config import ConfigBase, ConfigError, helpf
 
 log = logging.getLogger(__name__)
@@ -176,6 +176,8 @@ class HFReasonerConfig(ConfigBase):
     system_prompt: str | None = helpf(None, "system message (None: the template's default)")
     instruction: str = helpf(INSTRUCTION, "instruction placed before the question")
     max_blank_retries: int = helpf(2, "a blank line is not a step: generate again this many times")
+    answer_prompt: str = helpf("Answer:", "what answer closing writes for the model to continue (the env's "
+                                          "answer_closing: a chain that ended without a usable answer line)")
 
     def validate(self) -> None:
         _torch_dtype(self.dtype)
@@ -229,6 +231,7 @@ class HFState:
     n_steps: int = 0
     gen: GenState | None = field(default=None, compare=False, repr=False)
     done: bool = False
+    forced: str = ""  # text written for the model at the start of its next line ("Answer:")
 
 
 def newline_stop_ids(tokenizer, extra: tuple[int, ...] = ()) -> set[int]:
@@ -372,6 +375,9 @@ class HFReasoner:
                  ) -> tuple[Step, HFState]:
         text = self._line(out.ids)
         h = parse_header(text)
+        if state.forced and not (h is not None and h.kind == "answer"):  # the line began with written text
+            text = join_forced(state.forced, text)
+            h = parse_header(text)
         content = clean_content(text[h.end:]) if h else text.strip()
         is_answer = h is not None and h.kind == "answer"
         eos = bool(out.ids) and out.ids[-1] in self.eos_ids
@@ -385,6 +391,7 @@ class HFReasoner:
                     finished=out.finished, seconds=dt, n_tokens=len(out.ids) + blank_tokens, meta=meta)
         gen = out.state
         raw = blank_text + self.tok.decode(out.ids, skip_special_tokens=True)
+        raw = join_forced(state.forced, raw) if state.forced else raw
         if not out.finished:  # a cut step: close the line so the next step starts cleanly
             gen = gen.extend(self.nl_ids)
             raw += "\n"
@@ -416,6 +423,17 @@ class HFReasoner:
             return HFState(state.question, front, state.transcript, state.n_steps, GenState(ids))
         raise ValueError(f"unknown injection mode '{mode}' (valid: front, step)")
 
+    def with_answer_prompt(self, state: HFState) -> HFState:
+        """The state whose next line is the answer: ``Answer:`` written for the model after the transcript (a
+        chain that ended on end-of-text continues on a new line instead). The env's answer closing."""
+        ids = list(state.gen.ids)
+        lead = ""
+        if ids and ids[-1] in self.eos_ids:
+            ids, lead = ids[:-1], "\n"
+        gen = GenState(ids) if lead else state.gen
+        return HFState(state.question, state.front, state.transcript + ((lead,) if lead else ()), state.n_steps,
+                       gen.extend(self._encode(lead + self.cfg.answer_prompt)), False, self.cfg.answer_prompt)
+
     def evidence_framing(self):
         """``(encode, line_start, sentence_sep, line_end, step_end)``: how :meth:`with_evidence` (step mode)
         writes evidence lines and how a step line ends (for :mod:`agents.compression`)."""
@@ -428,14 +446,18 @@ class HFReasoner:
 
     def snapshot(self, state: HFState) -> dict:
         """A picklable description of a state (no KV cache) for the trajectory cache."""
-        return {"question": state.question, "front": state.front, "transcript": state.transcript,
+        snap = {"question": state.question, "front": state.front, "transcript": state.transcript,
                 "n_steps": state.n_steps, "ids": list(state.gen.ids) if state.gen is not None else None,
                 "done": state.done}
+        if state.forced:
+            snap["forced"] = state.forced
+        return snap
 
     def restore(self, snap: dict) -> HFState:
         """Inverse of :meth:`snapshot` (the KV cache is recomputed by the next prefill)."""
         return HFState(snap["question"], tuple(snap["front"]), tuple(snap["transcript"]), snap["n_steps"],
-                       GenState(list(snap["ids"])) if snap["ids"] is not None else None, snap["done"])
+                       GenState(list(snap["ids"])) if snap["ids"] is not None else None, snap["done"],
+                       snap.get("forced", ""))
 
     def sample_alternatives(self, state: HFState, k: int, seed: int = 0, temperature: float = 1.0) -> list[str]:
         """``k`` sampled next lines (seeded)."""

@@ -28,6 +28,11 @@ class MicroState:
     steps: tuple[str, ...] = ()
     gen: GenState | None = field(default=None, compare=False, repr=False)
     done: bool = False
+    forced: tuple[str, ...] = ()  # words written for the model at the start of its next line ("Answer :")
+
+
+#: the words :meth:`MicroReasoner.with_answer_prompt` writes
+ANSWER_PROMPT = ("Answer", ":")
 
 
 class MicroReasoner:
@@ -77,8 +82,13 @@ class MicroReasoner:
         words = [self.tok.vocab[i] for i in out.ids]
         end = words[-1] if words else ""
         body = words[:-1] if end in ("\n", "<eos>") else words
-        text = " ".join(body)
-        content = " ".join(body[out.header_len:]) if out.header_len else text
+        if state.forced:  # the line started with words written for the model: its content is what it wrote
+            content = " ".join(body)
+            body = list(state.forced) + body
+            text = " ".join(body)
+        else:
+            text = " ".join(body)
+            content = " ".join(body[out.header_len:]) if out.header_len else text
         is_answer = bool(body) and body[0] == "Answer"
         step = Step(index=len(state.steps) + 1, text=text, content=content, is_answer=is_answer,
                     token_ids=list(out.ids), logprobs=out.logprobs, entropies=out.entropies,
@@ -114,6 +124,14 @@ class MicroReasoner:
             return MicroState(state.question, front, state.steps, GenState(ids))
         raise ValueError(f"unknown injection mode '{mode}' (valid: front, step)")
 
+    def with_answer_prompt(self, state: MicroState) -> MicroState:
+        """The state whose next line is the answer: ``Answer :`` written for the model after the accepted steps
+        (a chain that ended on end-of-text continues on a new line instead). The env's answer closing."""
+        ids = list(state.gen.ids)
+        gen = GenState(ids[:-1] + [self.tok.nl_id]) if ids and ids[-1] == self.tok.eos_id else state.gen
+        return MicroState(state.question, state.front, state.steps, gen.extend(self.tok.encode(list(ANSWER_PROMPT))),
+                          False, ANSWER_PROMPT)
+
     def evidence_framing(self):
         """``(encode, line_start, sentence_sep, line_end, step_end)``: how :meth:`with_evidence` (step mode)
         writes evidence lines and how a step line ends (for :mod:`agents.compression`)."""
@@ -147,11 +165,15 @@ class MicroReasoner:
 
 def snapshot(state: MicroState) -> dict:
     """A picklable description of a state (no KV cache) for the trajectory cache."""
-    return {"question": state.question, "front": state.front, "steps": state.steps,
+    snap = {"question": state.question, "front": state.front, "steps": state.steps,
             "ids": list(state.gen.ids) if state.gen is not None else None, "done": state.done}
+    if state.forced:  # only when set: snapshots of ordinary states are as before (cached records compare equal)
+        snap["forced"] = list(state.forced)
+    return snap
 
 
 def restore(snap: dict) -> MicroState:
     """Rebuild a state from :func:`snapshot` (its KV cache is recomputed by the next prefill)."""
     return MicroState(snap["question"], tuple(snap["front"]), tuple(snap["steps"]),
-                      GenState(list(snap["ids"])) if snap["ids"] is not None else None, snap["done"])
+                      GenState(list(snap["ids"])) if snap["ids"] is not None else None, snap["done"],
+                      tuple(snap.get("forced", ())))

@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from agents.reasoners.base import Capabilities, Step, run_chains
-from agents.segmentation import STEP_INSTRUCTION, clean_content, parse_header
+from agents.segmentation import STEP_INSTRUCTION, clean_content, join_forced, parse_header
 from envs.config import ConfigBase, ConfigError, helpf
 
 log = logging.getLogger(__name__)
@@ -107,6 +107,11 @@ class OpenAIState:
     transcript: tuple[str, ...] = ()
     n_steps: int = 0
     done: bool = False
+    forced: str = ""  # text written for the model at the start of its next line ("Answer:")
+
+
+#: what :meth:`OpenAIReasoner.with_answer_prompt` writes
+ANSWER_PROMPT = "Answer:"
 
 
 def _token_signals(tokens: list[str], lps: list[float], tops: list[dict[str, float] | None]):
@@ -224,7 +229,7 @@ class OpenAIReasoner:
                                    "n": n}
         if seed is not None:
             payload["seed"] = seed
-        transcript = "".join(s.transcript)
+        transcript = "".join(s.transcript) + s.forced
         if cfg.api == "completions":
             payload["prompt"] = self._user(s) + "\n" + transcript
             if want_lp:
@@ -316,8 +321,11 @@ class OpenAIReasoner:
     def _to_step(self, s: OpenAIState, choice: dict[str, Any], out: dict[str, Any], dt: float,
                  blank: str = "") -> tuple[Step, OpenAIState]:
         raw = self._choice_text(choice)
-        line = raw.split("\n", 1)[0].rstrip()
-        h = parse_header(line)
+        gen_line = line = raw.split("\n", 1)[0].rstrip()  # gen_line: what the model wrote (its tokens)
+        h = gen_h = parse_header(line)
+        if s.forced and not (h is not None and h.kind == "answer"):  # the line began with written text
+            line = join_forced(s.forced, line)
+            h, gen_h = parse_header(line), None
         content = clean_content(line[h.end:]) if h else line.strip()
         is_answer = h is not None and h.kind == "answer"
         finished = choice.get("finish_reason") != "length"
@@ -335,15 +343,15 @@ class OpenAIReasoner:
             # keep the tokens of the line (a server may return tokens past a stop it did not cut at)
             keep, acc = 0, ""
             for t in toks:
-                if "\n" in t or len(acc) >= len(line):
+                if "\n" in t or len(acc) >= len(gen_line):
                     break
                 acc += t
                 keep += 1
-            if h is not None:
+            if gen_h is not None:
                 acc = ""
                 for k, t in enumerate(toks[:keep]):
                     acc += t
-                    if len(acc) >= h.end:
+                    if len(acc) >= gen_h.end:
                         header_tokens = k + 1
                         break
                 else:
@@ -392,13 +400,22 @@ class OpenAIReasoner:
     # ------------------------------------------------------------------ BranchingReasoner (the env drives it)
     def snapshot(self, state: OpenAIState) -> dict:
         """The state as plain data: the prompt's parts (question, front evidence, transcript lines, step count)."""
-        return {"question": state.question, "front": state.front, "transcript": state.transcript,
+        snap = {"question": state.question, "front": state.front, "transcript": state.transcript,
                 "n_steps": state.n_steps, "done": state.done}
+        if state.forced:
+            snap["forced"] = state.forced
+        return snap
 
     def restore(self, snap: dict) -> OpenAIState:
         """Inverse of :meth:`snapshot` (the next request re-sends the whole prompt: nothing else to rebuild)."""
         return OpenAIState(snap["question"], tuple(snap["front"]), tuple(snap["transcript"]), int(snap["n_steps"]),
-                           bool(snap["done"]))
+                           bool(snap["done"]), snap.get("forced", ""))
+
+    def with_answer_prompt(self, state: OpenAIState) -> OpenAIState:
+        """The state whose next line is the answer: ``Answer:`` written at the start of the next line (with
+        chat continuation / completions the model continues it; otherwise it answers in a fresh line, and a
+        line that starts with its own ``Answer:`` is kept as it is). The env's answer closing."""
+        return dataclasses.replace(state, done=False, forced=ANSWER_PROMPT)
 
     def with_evidence(self, state: OpenAIState, evidence: list[str], mode: str = "step") -> OpenAIState:
         """The state whose next step regenerates ``state``'s next step with ``evidence``: ``Evidence:`` lines after

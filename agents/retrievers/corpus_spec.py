@@ -27,7 +27,8 @@ SPEC_HELP = ("corpus: 'microworld[:SEED]', 'DATASET:PATH' (union of the paragrap
              "(FlashRAG corpus)")
 
 
-def _split(spec: str) -> tuple[str, str]:
+def parse_spec(spec: str) -> tuple[str, str]:
+    """``(kind, argument)`` of a spec: ``("flashrag", PATH)``, ``("hotpotqa", PATH)``, ``("microworld", SEED)``."""
     spec = spec.strip()
     if not spec:
         raise ValueError(f"empty corpus spec ({SPEC_HELP})")
@@ -49,7 +50,7 @@ def _kinds() -> set[str]:
 
 def canonical_spec(spec: str) -> str:
     """``spec`` with its kind lower-cased and its path absolute (``microworld`` -> ``microworld:0``)."""
-    kind, arg = _split(spec)
+    kind, arg = parse_spec(spec)
     if kind == "microworld":
         return f"microworld:{int(arg)}"
     return f"{kind}:{Path(arg).expanduser().resolve()}"
@@ -62,7 +63,7 @@ def load_corpus(spec: str) -> Corpus:
         ValueError: An unknown spec.
         FileNotFoundError: A path that does not exist.
     """
-    kind, arg = _split(spec)
+    kind, arg = parse_spec(spec)
     if kind == "microworld":
         from envs.microworld.config import WorldConfig
         from envs.microworld.corpus import fact_corpus

@@ -534,6 +534,67 @@ def load_pubmedqa(path: str | Path, skip_bad_lines: bool = False, limit: int | N
     return _collect("pubmedqa", path, "json-object", records, parse, "PMID", skip_bad_lines, limit)
 
 
+def _mmlu_subject(path: Path) -> str:
+    stem = path.stem
+    for suffix in ("_test", "_dev", "_val", "_validation", "_train"):
+        if stem.endswith(suffix):
+            return stem[: -len(suffix)]
+    return stem
+
+
+def load_mmlu(path: str | Path, skip_bad_lines: bool = False, limit: int | None = None) -> LoadResult:
+    """MMLU in its original CSV form (``data/test/<subject>_test.csv``): no header; each row is the question,
+    the options (four in MMLU, any number from two) and the gold letter last. Ids are
+    ``mmlu-<file stem>-<row number from 0>``; ``metadata["subject"]`` is the file's subject
+    (``clinical_knowledge_test.csv`` → ``clinical_knowledge``). Errors name the file, the line and the column.
+    """
+    import csv
+    import io
+
+    path = Path(path)
+    text = _read_text(path)
+    subject = _mmlu_subject(path)
+
+    def rows():
+        reader = csv.reader(io.StringIO(text))
+        ordinal = 0
+        while True:
+            line = reader.line_num + 1
+            try:
+                row = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as e:
+                yield _Loc(path, line, None, ordinal), DataFormatError(path, line, None, f"bad CSV: {e}")
+                ordinal += 1
+                continue
+            if not row or all(not c.strip() for c in row):
+                continue
+            yield _Loc(path, line, None, ordinal), {"row": row}
+            ordinal += 1
+
+    def parse(rec: dict[str, Any], loc: _Loc) -> QAExample:
+        row = rec["row"]
+        if len(row) < 4:
+            raise loc.error(None, f"expected question, at least two options and the answer letter, got {len(row)} "
+                                  "column(s)")
+        question, options, letter = row[0].strip(), [c.strip() for c in row[1:-1]], row[-1].strip().upper()
+        if not question:
+            raise loc.error("column 1 (question)", "is empty")
+        for i, o in enumerate(options):
+            if not o:
+                raise loc.error(f"column {i + 2} (option {choice_letter(i)})", "is empty")
+        if len(options) > 26:
+            raise loc.error(None, f"at most 26 options, got {len(options)}")
+        last = choice_letter(len(options) - 1)
+        if len(letter) != 1 or not "A" <= letter <= last:
+            raise loc.error(f"column {len(row)} (answer)", f"expected an option letter A-{last}, got '{row[-1]}'")
+        return _mc_example(f"mmlu-{path.stem}-{loc.ordinal}", question, options, ord(letter) - ord("A"),
+                           {"subject": subject})
+
+    return _collect("mmlu", path, "csv", rows(), parse, "id", skip_bad_lines, limit)
+
+
 # ------------------------------------------------------------------------------------------------ FlashRAG
 
 
@@ -672,7 +733,8 @@ Loader = Callable[..., LoadResult]
 LOADERS: Registry[Loader] = Registry("dataset", dotted_paths=False)
 for _name, _loader in (("hotpotqa", load_hotpotqa), ("musique", load_musique),
                        ("2wikimultihopqa", load_2wikimultihopqa), ("medmcqa", load_medmcqa), ("medqa", load_medqa),
-                       ("mmlu_pro", load_mmlu_pro), ("pubmedqa", load_pubmedqa), ("flashrag", load_flashrag)):
+                       ("mmlu_pro", load_mmlu_pro), ("mmlu", load_mmlu), ("pubmedqa", load_pubmedqa),
+                       ("flashrag", load_flashrag)):
     LOADERS.register(_name, _loader)
 
 

@@ -31,6 +31,9 @@ class MicroWorldTask:
     pool), ``keep: test`` those whose chain uses at least one (every such question hinges on a fact no training
     chain states, so memorising content cannot help)."""
 
+    #: the quality is answer accuracy (1 when the answer names the gold entity)
+    quality_metric = "acc"
+
     def __init__(self, world, split: str = "train", fact_holdout: dict | None = None):
         if split not in world.questions:
             raise ValueError(f"unknown micro-world split '{split}' (valid: {', '.join(world.questions)})")

@@ -197,3 +197,19 @@ def test_config_checks_and_model_paths(tmp_path, monkeypatch, tok, random_model)
     m, t = load_causal_lm(HFReasonerConfig(model=str(tmp_path / "tiny"), attn_implementation="eager"))
     assert m.config._attn_implementation == "eager" and len(t) == len(tok)
     assert not m.training
+
+
+def test_hf_reasoner_continues_after_the_written_answer_prompt(tok, scripted_model):
+    r = HFReasoner(scripted_model, tok, HFReasonerConfig(max_steps=2, max_step_tokens=8, answer_prompt="Answer :"))
+    chain = r.run_chains(["x ?"])[0]
+    assert not chain[-1].is_answer  # the scripted model never answers on its own
+    s = r.start("x ?")
+    for _ in range(2):
+        (_, s), = r.next_step([s])
+    assert s.done
+    (step, after), = r.next_step([r.with_answer_prompt(s)])
+    assert step.is_answer and step.text == "Answer : a b" and step.content == "a b" and after.done
+    assert step.meta["header_tokens"] == 0 and len(step.logprobs) == 3  # every generated token is content
+    snap = r.snapshot(r.with_answer_prompt(s))
+    assert snap["forced"] == "Answer :" and r.restore(snap).forced == "Answer :"
+    assert "forced" not in r.snapshot(s)  # ordinary snapshots are as before (cached records compare equal)

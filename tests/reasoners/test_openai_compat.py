@@ -200,3 +200,20 @@ def test_config_is_validated():
         OpenAIReasonerConfig.from_dict({"api": "responses"})
     with pytest.raises(ConfigError, match="http"):
         OpenAIReasonerConfig.from_dict({"base_url": "127.0.0.1:8000"})
+
+
+def test_answer_prompt_is_written_for_the_model(server):
+    r = _reasoner(server)
+    s = r.start("q?")
+    for _ in range(2):
+        (_, s), = r.next_step([s])
+    closing = r.with_answer_prompt(s)
+    assert r.restore(r.snapshot(closing)) == closing and "forced" not in r.snapshot(s)
+    (step, after), = r.next_step([closing])
+    assert server.requests[-1][1]["prompt"].endswith("Step 2: fact 2.\nAnswer:")
+    # the model wrote its own "Answer:" again: the line is kept as it is, not "Answer: Answer: Paris"
+    assert step.is_answer and step.text == "Answer: Paris" and step.content == "Paris" and after.done
+    (_, one), = r.next_step([r.start("q?")])
+    (step, _), = r.next_step([r.with_answer_prompt(one)])  # the model went on reasoning instead
+    assert step.is_answer and step.text == "Answer: Step 2: fact 2." and step.meta["header_tokens"] == 0
+    assert len(step.logprobs) == 6  # every token it wrote is content (the header was written for it)

@@ -257,7 +257,7 @@ def test_drop_fields_removes_observation_fields_from_the_policy():
      "curriculum for cost 'latency', which the env does not charge"),
     ({"env_config": {"split": "train", "max_questoins": 5}}, "TrainConfig.env_config: unknown config key 'max_questoins'"),
     ({"env_config": {"signals": ["pulse", "contnet"]}}, "unknown observation group 'contnet'"),
-    ({"env": "hotpotqa", "warmstart": {"enabled": True}}, "warm start is wired for env 'microworld'"),
+    ({"env": "my_pkg.envs:make", "warmstart": {"enabled": True}}, "not a custom env factory 'my_pkg.envs:make'"),
 ])
 def test_training_config_errors_surface_on_the_driver(over, match):
     """Bad training input fails when the config is read (before Ray starts), naming the key."""

