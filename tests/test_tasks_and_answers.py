@@ -11,7 +11,6 @@ from envs.data.loaders import LOADERS, load_dataset
 from envs.tasks import TASKS
 
 
-
 @pytest.fixture()
 def shared_data():
     from envs.data.loaders import shared_data_dir
