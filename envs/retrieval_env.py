@@ -286,9 +286,11 @@ def _records(envs: list[RetrievalTimingEnv], kind: str, modes: list[int] | None 
             job = {"before": c.reasoner.start(c.question_text(ep.q)), "chain_before": None}
         elif kind == "next":
             job = {"before": envs[i]._state("after"), "chain_before": ep.record.chain_object}
-        elif kind == "close":  # the state after the last step, with "Answer:" written for the reasoner
-            job = {"before": c.reasoner.with_answer_prompt(envs[i]._state("after")),
-                   "chain_before": ep.record.chain_object}
+        elif kind == "close":  # "Answer:" written for the reasoner after the last step — or in place of an
+            # unusable answer line (empty, repeated header), so the closing line replaces it
+            base = "before" if ep.record.is_answer else "after"
+            job = {"before": c.reasoner.with_answer_prompt(envs[i]._state(base)),
+                   "chain_before": ep.record.chain_before if ep.record.is_answer else ep.record.chain_object}
         else:
             job = {"before": envs[i]._state("before"), "chain_before": ep.record.chain_before}
         jobs.append(job)

@@ -339,17 +339,19 @@ class HFReasoner:
         return header_token_len(self.tok, ids)
 
     def _run(self, gens: list[GenState], capture: bool | None = None, sample: bool = False,
-             temperature: float = 1.0, generator: torch.Generator | None = None):
+             temperature: float = 1.0, generator: torch.Generator | None = None,
+             no_stop_first: list[bool] | None = None):
         outs = []
         for i in range(0, len(gens), self.cfg.max_batch):
             chunk = gens[i: i + self.cfg.max_batch]
+            nsf = no_stop_first[i: i + self.cfg.max_batch] if no_stop_first else None
             t0 = time.perf_counter()
             res = generate_steps(
                 self.model, chunk, stop_ids=self.stop_ids, header_end_id=None, header_fn=self._header_len,
                 pad_id=self.pad_id, max_new_tokens=self.cfg.max_step_tokens,
                 capture_hidden=self.cfg.capture_hidden if capture is None else capture,
                 capture_attentions=self.capture_attentions and not sample,
-                sample=sample, temperature=temperature, generator=generator)
+                sample=sample, temperature=temperature, generator=generator, no_stop_first=nsf)
             dt = (time.perf_counter() - t0) / max(1, len(chunk))
             outs += [(r, dt) for r in res]
         return outs
@@ -357,9 +359,9 @@ class HFReasoner:
     def _line(self, ids: list[int]) -> str:
         return self.tok.decode(ids, skip_special_tokens=True).split("\n", 1)[0].rstrip()
 
-    def _generate(self, gens: list[GenState]):
+    def _generate(self, gens: list[GenState], no_stop_first: list[bool] | None = None):
         """Generate one non-blank line per state: ``(out, seconds, blank_tokens, blank_text)``."""
-        res = [(o, dt, 0, "") for o, dt in self._run(gens)]
+        res = [(o, dt, 0, "") for o, dt in self._run(gens, no_stop_first=no_stop_first)]
         for _ in range(self.cfg.max_blank_retries):
             redo = [i for i, (o, _, _, _) in enumerate(res)
                     if o.finished and not self._line(o.ids) and o.ids[-1] not in self.eos_ids]
@@ -404,7 +406,8 @@ class HFReasoner:
         """Generate the next line of every state (batched, greedy)."""
         if any(s.done for s in states):
             raise ValueError("next_step on a finished state (state.done is True)")
-        res = self._generate([s.gen for s in states])
+        # a closing line (text written for the model) must say something: no stop token first
+        res = self._generate([s.gen for s in states], no_stop_first=[bool(s.forced) for s in states])
         return [self._to_step(s, *r) for s, r in zip(states, res)]
 
     def with_evidence(self, state: HFState, evidence: list[str], mode: str = "step") -> HFState:

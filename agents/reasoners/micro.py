@@ -65,7 +65,7 @@ class MicroReasoner:
 
     # ------------------------------------------------------------------ generation
     def _run(self, gens: list[GenState], capture: bool | None = None, sample: bool = False,
-             generator: torch.Generator | None = None):
+             generator: torch.Generator | None = None, no_stop_first: list[bool] | None = None):
         outs = []
         for i in range(0, len(gens), self.max_batch):
             chunk = gens[i: i + self.max_batch]
@@ -73,7 +73,8 @@ class MicroReasoner:
             res = generate_steps(self.model, chunk, stop_ids=self.stop_ids, header_end_id=self.colon_id,
                                  pad_id=self.tok.pad_id, max_new_tokens=self.max_step_tokens,
                                  capture_hidden=self.capture_hidden if capture is None else capture,
-                                 sample=sample, generator=generator)
+                                 sample=sample, generator=generator,
+                                 no_stop_first=no_stop_first[i: i + self.max_batch] if no_stop_first else None)
             dt = (time.perf_counter() - t0) / max(1, len(chunk))
             outs += [(r, dt) for r in res]
         return outs
@@ -104,7 +105,8 @@ class MicroReasoner:
 
     def next_step(self, states: list[MicroState]) -> list[tuple[Step, MicroState]]:
         """Generate the next line of every state (batched, greedy)."""
-        outs = self._run([s.gen for s in states])
+        # a closing line (words written for the model) must say something: no stop token first
+        outs = self._run([s.gen for s in states], no_stop_first=[bool(s.forced) for s in states])
         return [self._to_step(s, o, dt) for s, (o, dt) in zip(states, outs)]
 
     def with_evidence(self, state: MicroState, evidence: list[str], mode: str = "step") -> MicroState:

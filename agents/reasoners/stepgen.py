@@ -132,6 +132,7 @@ def generate_steps(
     generator: torch.Generator | None = None,
     header_fn: Callable[[list[int]], int] | None = None,
     capture_attentions: bool = False,
+    no_stop_first: list[bool] | None = None,
 ) -> list[StepOutput]:
     """Advance every state by one step (one line) in a single batched decode loop.
 
@@ -150,6 +151,8 @@ def generate_steps(
         header_fn: instead of ``header_end_id``: called with a row's generated ids (end token included),
             returns the header length in tokens (0: no header, everything is content).
         capture_attentions: record ``attn_received`` (needs ``attn_implementation="eager"``).
+        no_stop_first: per row, whether its first token may not be a stop token (answer closing: the line has
+            to say something); the recorded logprob is still the model's own for the token picked.
     """
     from transformers import DynamicCache
 
@@ -193,11 +196,17 @@ def generate_steps(
             att_max[:, :, : t - 1] = torch.where(active[:, None, None], upd, att_max[:, :, : t - 1])
         logits = out.logits[:, -1, :].float()
         logp = torch.log_softmax(logits, dim=-1)
+        pick = logits
+        if t == 0 and no_stop_first is not None and any(no_stop_first):
+            rows = torch.tensor([i for i, f in enumerate(no_stop_first) if f], device=device)
+            banned = torch.tensor(sorted(stop_ids), device=device)
+            pick = logits.clone()
+            pick[rows[:, None], banned[None, :]] = -float("inf")
         if sample:
-            probs = torch.softmax(logits / max(temperature, 1e-6), dim=-1)
+            probs = torch.softmax(pick / max(temperature, 1e-6), dim=-1)
             nxt = torch.multinomial(probs, 1, generator=generator).squeeze(1)
         else:
-            nxt = logp.argmax(dim=-1)
+            nxt = pick.argmax(dim=-1)
         p = logp.exp()
         entropy = -(p * logp).sum(-1)
         chosen = logp.gather(1, nxt[:, None]).squeeze(1)

@@ -213,3 +213,16 @@ def test_hf_reasoner_continues_after_the_written_answer_prompt(tok, scripted_mod
     snap = r.snapshot(r.with_answer_prompt(s))
     assert snap["forced"] == "Answer :" and r.restore(snap).forced == "Answer :"
     assert "forced" not in r.snapshot(s)  # ordinary snapshots are as before (cached records compare equal)
+
+
+def test_a_closing_line_cannot_start_with_a_stop_token(scripted):
+    from agents.reasoners.stepgen import generate_steps
+
+    s = _with_pending(scripted, "?")  # '?' -> newline: greedy decoding would end the line at once
+    kw = dict(stop_ids=scripted.stop_ids, header_end_id=None, pad_id=scripted.pad_id, max_new_tokens=4)
+    free, banned = generate_steps(scripted.model, [s.gen, s.gen], no_stop_first=[False, True], **kw)
+    assert free.ids[0] in scripted.stop_ids and banned.ids[0] not in scripted.stop_ids
+    assert banned.logprobs[0] < free.logprobs[0]  # the model's own logprob of the token it was made to pick
+    closing = scripted.with_answer_prompt(HFState(s.question, s.front, s.transcript, 1, s.gen, done=True))
+    (step, _), = scripted.next_step([closing])
+    assert step.is_answer and step.content  # never "Answer:" with nothing after it
