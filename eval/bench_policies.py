@@ -61,7 +61,9 @@ class MethodSpec(ConfigBase):
     """One method of the benchmark."""
 
     name: str = helpf("", "display name (unique)")
-    kind: str = helpf("threshold", "never | always | single | threshold | random | oracle | cache_oracle | "
+    kind: str = helpf("threshold", "never | always | single (Single RAG: one retrieval with the question as query "
+                                   "— query_mode to use another — before step 1) | threshold | random | oracle | "
+                                   "cache_oracle | "
                                    "learned | trigger (cache_oracle: per question the best action sequence at the "
                                    "bench λ, found by enumerating the decision tree; an upper bound for any timing "
                                    "policy; trigger: any registered trigger, see 'trigger')")
@@ -466,6 +468,12 @@ def _run_method(m: MethodSpec, runner: Runner, cot_dev, dev, test, results, cali
                          env=m.env, mode=mode)
         res["threshold"] = chosen
         return res
+    if m.kind == "single" and not m.query_mode:  # Single RAG as published: ONE retrieval, the question as query
+        env = dict(m.env or {})
+        qm = list(env.get("query_modes") or runner.env_config.query_modes)
+        if "question" not in qm:  # the question mode only for this method (its own trajectory-cache namespace)
+            env["query_modes"] = qm + ["question"]
+        return runner.run(make_trigger(m), "test", test, tag=f"{m.name}[question]", env=env, mode="question")
     return runner.run(make_trigger(m), "test", test, tag=_tag(m.name, modes[0], "greedy") if modes[0] else m.name,
                       querygen=m.querygen, env=m.env, mode=modes[0])
 

@@ -83,7 +83,11 @@ class AlwaysTrigger(_Base):
 
 @TRIGGERS.register("single")
 class SingleTrigger(_Base):
-    """Single RAG: retrieve once, at the first step (query = the question)."""
+    """Single RAG: retrieve once, at the first decision. As published, the query is the question (the benchmark
+    runs it with query mode ``question``): step 1 is regenerated with the evidence injected before it, so the
+    chain reads evidence → step 1 → … as when retrieving before step 1. Deviations: the discarded first draft of
+    step 1 is counted in tokens and time, and one passage is injected per retrieval (the env's rule for every
+    method) rather than the top-k."""
 
     name = "SingleRAG"
 

@@ -187,3 +187,20 @@ def test_bench_input_errors_name_the_file_line_or_key(tmp_path):
     with pytest.raises(ConfigError, match="unknown signal 'minporb'"):
         run_bench(_cfg(tmp_path, [{"name": "CoT", "kind": "never"},
                                   {"name": "F", "kind": "threshold", "signal": "minporb"}]))
+
+
+def test_single_rag_retrieves_once_with_the_question(tmp_path):
+    cfg = _cfg(tmp_path, [{"name": "CoT", "kind": "never"}, {"name": "SingleRAG", "kind": "single"}],
+               dev="0:2", test="2:5", test_curves=False)
+    s = run_bench(cfg)
+    assert s["methods"]["SingleRAG"]["calls"] == 1.0
+    rows = [json.loads(x) for x in (tmp_path / "bench" / "per_question" / "test" / "SingleRAG_question_.jsonl")
+            .read_text().splitlines()]
+    from envs.registration import make_env
+
+    env = make_env("microworld", {"split": "dev", "rsus_components": ["ent"]})
+    for r in rows:
+        _, info = env.reset(options={"question_index": r["question_index"]})
+        first = r["decisions"][0]
+        assert first["action"][0] == 1 and first["query"] == info["question"]  # the question, at step 1
+        assert all(d["action"][0] == 0 for d in r["decisions"][1:])
