@@ -7,13 +7,7 @@
 # generation); every later run, and REINFORCE itself, replays those episodes from the shared trajectory cache.
 # Reruns skip finished runs and finished benchmark rows.
 #   scripts/bench_hotpotqa_condition.sh
-set -euo pipefail
-cd "$(dirname "$0")/.."
-PY=${PY:-.venv/bin/python}
-train() {  # config seed out_dir
-  if [ -f "$3/policy_trigger/spec.json" ]; then echo "skip $3 (done)"; return; fi
-  "$PY" -m train --config "$1" --seed "$2" --out-dir "$3" --no-progress --resume
-}
+source "$(dirname "$0")/lib_runs.sh"
 for s in 0 1 2; do
   train configs/train_hotpotqa.yaml "$s" "runs/train/hotpotqa_s$s"
   train configs/train_hotpotqa_signals_only.yaml "$s" "runs/train/hotpotqa_signals_only_s$s"

@@ -4,13 +4,7 @@
 # fact-disjoint × seeds 0-2 — then benchmarks each condition. Reruns skip finished runs (each run's warm-start
 # labels come from the shared trajectory cache after the first seed) and finished benchmark rows.
 #   scripts/bench_microworld_conditions.sh            (≈ 75 min on 2 CPUs from a cold cache)
-set -euo pipefail
-cd "$(dirname "$0")/.."
-PY=${PY:-.venv/bin/python}
-train() {  # config seed out_dir
-  if [ -f "$3/policy_trigger/spec.json" ]; then echo "skip $3 (done)"; return; fi
-  "$PY" -m train --config "$1" --seed "$2" --out-dir "$3" --no-progress --resume
-}
+source "$(dirname "$0")/lib_runs.sh"
 for s in 0 1 2; do
   train configs/train_microworld.yaml "$s" "runs/train/microworld_s$s"
   train configs/train_microworld_signals_only.yaml "$s" "runs/train/microworld_signals_only_s$s"
