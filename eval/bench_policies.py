@@ -782,7 +782,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", required=True, help="BenchConfig YAML (e.g. configs/bench_microworld.yaml)")
     p.add_argument("--out", default=None, help="override out_dir")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                   help="override top-level scalar keys, e.g. test=100:200 n_resamples=2000")
+                   help="override keys, e.g. test=100:200 n_resamples=2000 env.answer_closing=false")
     p.set_defaults(func=main)
 
 
@@ -794,7 +794,13 @@ def load_config(path: str, out: str | None = None, overrides: list[str] | None =
         if "=" not in kv:
             raise ConfigError(f"--set expects KEY=VALUE, got {kv!r}")
         k, v = kv.split("=", 1)
-        raw[k] = yaml.safe_load(v) if k not in ("dev", "test") else v
+        *parents, leaf = k.split(".")  # env.answer_closing=false sets a key of the env mapping
+        node = raw
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {k}: '{part}' is not a mapping in {path}")
+        node[leaf] = yaml.safe_load(v) if k not in ("dev", "test") else v
     if out:
         raw["out_dir"] = out
     return BenchConfig.from_dict(raw, where=str(path))

@@ -37,6 +37,10 @@ def test_every_benchmark_config_is_checked_before_the_first_runs(tmp_path):
         SuiteConfig.from_dict({"name": "s", "benchmarks": []})
     _, moved = load_suite(str(SUITE), out=str(tmp_path / "o"), overrides=["dev=0:2", "test=2:4"])
     assert moved[0].out_dir == str(tmp_path / "o" / "musique") and moved[0].test == "2:4"
+    _, off = load_suite(str(SUITE), overrides=["env.answer_closing=false"])  # a dotted key reaches the env
+    assert not any(b.env["answer_closing"] for b in off)
+    with pytest.raises(ConfigError, match="'name' is not a mapping"):
+        load_suite(str(SUITE), overrides=["name.x=1"])
 
 
 def test_summary_table_names_each_benchmark_metric():
