@@ -288,8 +288,13 @@ def _records(envs: list[RetrievalTimingEnv], kind: str, modes: list[int] | None 
             job = {"before": envs[i]._state("after"), "chain_before": ep.record.chain_object}
         elif kind == "close":  # "Answer:" written for the reasoner after the last step — or in place of an
             # unusable answer line (empty, repeated header), so the closing line replaces it
-            base = "before" if ep.record.is_answer else "after"
-            job = {"before": c.reasoner.with_answer_prompt(envs[i]._state(base)),
+            if ep.record.is_answer:  # its own before-state, with the evidence it was regenerated with
+                state = envs[i]._state("before")
+                if ep.record.evidence:
+                    state = c.reasoner.with_evidence(state, list(ep.record.evidence), cfg.injection)
+            else:
+                state = envs[i]._state("after")
+            job = {"before": c.reasoner.with_answer_prompt(state),
                    "chain_before": ep.record.chain_before if ep.record.is_answer else ep.record.chain_object}
         else:
             job = {"before": envs[i]._state("before"), "chain_before": ep.record.chain_before}
