@@ -366,7 +366,7 @@ def _blocks(summary: Mapping[str, Any], plot_keys: Sequence[str]) -> list[tuple[
     comps = [c for c in summary.get("comparisons") or [] if isinstance(c, Mapping)]
     if comps:
         out.append(("h", 2, "Paired comparisons"))
-        headers = ["method", "vs", "Δ accuracy [95% CI]", "p (bootstrap)", "McNemar b/c", "p (McNemar)",
+        headers = ["method", "vs", f"Δ {quality_label(summary)} [95% CI]", "p (bootstrap)", "McNemar b/c", "p (McNemar)",
                    "p (Holm)", "significant"]
         rows = [[str(c.get("method", DASH)), str(c.get("reference", ref or DASH)),
                  _fmt_ci(c.get("diff"), c.get("lo"), c.get("hi"), signed=True), _fmt_p(c.get("p_bootstrap")),
