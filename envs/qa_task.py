@@ -160,8 +160,12 @@ class QATask:
         return {"f1": float(lenient["f1"]), "em": float(lenient["em"])}
 
     def quality(self, q: QAExample, answer_content: str) -> float:
-        """The env's quality in [0, 1]: F1 for an extractive answer, lenient accuracy otherwise."""
-        return self.metrics(q, answer_content)[ANSWER_METRICS[answer_kind(q)][0]]
+        """The env's quality in [0, 1]: F1 for an extractive answer, lenient accuracy otherwise (the lenient
+        reading only: the strict one is for :meth:`metrics`)."""
+        from envs.scoring import score
+
+        s = score(f"Answer: {answer_content}", q, mode="lenient")
+        return float(s["acc"] if q.choices else s["f1"])
 
     def corpus(self, spec: str | None = None):
         """The retrieval corpus (``EnvConfig.corpus``; see :func:`task_corpus`)."""

@@ -91,7 +91,7 @@ def enumerate_leaves_batched(venv, question_indices: list[int], max_leaves: int 
     def worth(q: int, calls: int) -> bool:
         return prune_lambda is None or quality_max - prune_lambda * calls >= best[q] - 1e-12
 
-    def search(frontier: list[tuple[int, tuple]], only_accept: bool) -> None:
+    def search(frontier: list[tuple[int, tuple]], only_accept: bool, never_recorded: bool) -> None:
         while frontier:
             nxt: list[tuple[int, tuple]] = []
             for start in range(0, len(frontier), len(envs)):
@@ -110,7 +110,7 @@ def enumerate_leaves_batched(venv, question_indices: list[int], max_leaves: int 
                 for j, (q, a) in enumerate(chunk):
                     info = infos[j]
                     if done[j]:
-                        if only_accept or any(x != accept for x in a) or not searched_never:
+                        if not (never_recorded and all(x == accept for x in a)):  # no leaf twice
                             leaf = Leaf(a, float(info["quality"]), int(info["retrievals"]), totals[j])
                             leaves[q].append(leaf)
                             if prune_lambda is not None:
@@ -131,11 +131,9 @@ def enumerate_leaves_batched(venv, question_indices: list[int], max_leaves: int 
                 progress.set_postfix_str(f"{len(nxt)} open prefixes")
             frontier = nxt
 
-    searched_never = False
     if prune_lambda is not None:  # the closed-book chain first: its reward bounds the whole tree
-        search([(int(q), ()) for q in question_indices], only_accept=True)
-        searched_never = True
-    search([(int(q), ()) for q in question_indices], only_accept=False)
+        search([(int(q), ()) for q in question_indices], only_accept=True, never_recorded=False)
+    search([(int(q), ()) for q in question_indices], only_accept=False, never_recorded=prune_lambda is not None)
     return leaves
 
 
