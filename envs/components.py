@@ -218,7 +218,8 @@ def _namespace(kind: str, identity, config: EnvConfig) -> str:
 
     outcome_fields = {k: v for k, v in config.to_dict().items()
                       if k not in ("costs", "cost_params", "cache_path", "split", "max_questions", "querygen",
-                                   "fact_holdout", "artifact", "data_path", "corpus", "answer_closing")}
+                                   "fact_holdout", "artifact", "data_path", "corpus", "answer_closing",
+                                   "reasoner_service", "cache_service")}  # transport: never what a record holds
     if config.probes:
         outcome_fields["probes"] = {n: content_fingerprint(p) for n, p in sorted(config.probes.items())}
     # transport settings of a backend decide how long a request may take, never what it returns
@@ -256,21 +257,33 @@ def _namespace(kind: str, identity, config: EnvConfig) -> str:
     return namespace_of(kind, identity, outcome_fields, RECORD_VERSION)
 
 
-def qa_components(config: EnvConfig, task: Any = None) -> Components:
-    from agents.query import QueryGenerator
+def build_reasoner(config: EnvConfig, world: Any = None):
+    """The env's reasoner: a client of the running service ``reasoner_service`` names, else the backend itself
+    (``micro`` over ``world`` or the config's artifact; any registered backend with ``reasoner_options``)."""
     from agents.reasoners.base import BranchingReasoner
+
+    if config.reasoner_service is not None:
+        unserved = {"compress_evidence": ("evidence compression scores sentences with the model's attention"
+                                          if config.compress_evidence else None),
+                    "signals 'eigen'": ("EigenScore samples hidden states of continuations"
+                                        if "eigen" in config.signals else None)}
+        for opt, why in unserved.items():
+            if why:
+                raise ValueError(f"EnvConfig.reasoner_service: {opt} is not served ({why} in the env's process, "
+                                 "next to the model); drop it or run without the service")
+        from agents.reasoners.service import connect
+
+        return connect(config.reasoner_service)
+    if config.reasoner == "micro":
+        from agents.reasoners.micro import MicroReasoner
+
+        if world is None:
+            from envs.microworld.artifact import load_artifact
+
+            world = load_artifact(config.artifact)
+        return MicroReasoner(world, max_step_tokens=config.max_step_tokens)
     from agents.reasoners.registry import make_reasoner
-    from envs.qa_task import QATask
 
-    task = task if task is not None else QATask(config.task, config.split, config.data_path)
-    if isinstance(task, QATask):
-        corpus = task.corpus(config.corpus)
-    elif config.corpus is not None:  # a plugged-in task with a corpus spec from the config
-        from agents.retrievers.corpus_spec import load_corpus
-
-        corpus = load_corpus(config.corpus)
-    else:
-        corpus = task.corpus()
     extra = {}
     if "rind" in config.signals:  # DRAGIN's RIND reads last-layer attention: eager attention, captured
         if config.reasoner != "hf":
@@ -283,10 +296,33 @@ def qa_components(config: EnvConfig, task: Any = None) -> Components:
         raise ValueError(f"reasoner '{config.reasoner}' does not implement agents.reasoners.base.BranchingReasoner "
                          "(snapshot / restore / with_evidence: the env's trajectory cache and batched regeneration "
                          "need them)")
-    retriever = task_retriever(config, corpus)
+    return reasoner
+
+
+def model_facts(reasoner) -> tuple[int, int]:
+    """``(n_layers, hidden_size)`` of a reasoner's model (0, 0 when it has none it can tell)."""
+    if hasattr(reasoner, "n_layers") and hasattr(reasoner, "hidden_size"):
+        return int(reasoner.n_layers or 0), int(reasoner.hidden_size or 0)
     mc = getattr(getattr(reasoner, "model", None), "config", None)
-    n_layers = getattr(mc, "num_hidden_layers", 0) or 0
-    hidden = getattr(mc, "hidden_size", 0) or 0
+    return getattr(mc, "num_hidden_layers", 0) or 0, getattr(mc, "hidden_size", 0) or 0
+
+
+def qa_components(config: EnvConfig, task: Any = None) -> Components:
+    from agents.query import QueryGenerator
+    from envs.qa_task import QATask
+
+    task = task if task is not None else QATask(config.task, config.split, config.data_path)
+    if isinstance(task, QATask):
+        corpus = task.corpus(config.corpus)
+    elif config.corpus is not None:  # a plugged-in task with a corpus spec from the config
+        from agents.retrievers.corpus_spec import load_corpus
+
+        corpus = load_corpus(config.corpus)
+    else:
+        corpus = task.corpus()
+    reasoner = build_reasoner(config)
+    retriever = task_retriever(config, corpus)
+    n_layers, hidden = model_facts(reasoner)
     from agents.reasoners.registry import reasoner_model_id
 
     extractor = _extractor(config, reasoner, n_layers, hidden, [p.text for p in corpus], config.reasoner,
@@ -361,7 +397,6 @@ def task_retriever(config: EnvConfig, corpus):  # shared by the real-data and mi
 
 def microworld_components(config: EnvConfig) -> Components:
     from agents.query import QueryGenerator
-    from agents.reasoners.micro import MicroReasoner
     from envs.microworld.artifact import load_artifact
     from envs.microworld.task import MicroWorldTask
 
@@ -370,9 +405,9 @@ def microworld_components(config: EnvConfig) -> Components:
     if config.corpus is not None:
         raise ValueError(f"EnvConfig.corpus {config.corpus!r}: the micro-world task searches its own world's fact "
                          "corpus (leave corpus unset)")
-    world = load_artifact(config.artifact)
+    world = load_artifact(config.artifact, with_model=config.reasoner_service is None)  # served: no weights here
     task = MicroWorldTask(world, config.split, config.fact_holdout or None)
-    reasoner = MicroReasoner(world, max_step_tokens=config.max_step_tokens)
+    reasoner = build_reasoner(config, world)
     corpus = world.corpus()
     if "rind" in config.signals:
         raise ValueError("EnvConfig.signals 'rind' (DRAGIN) needs attentions, which the micro-world reasoner does "

@@ -69,6 +69,15 @@ class EnvConfig(ConfigBase):
     probes: dict[str, str] = helpf({}, "learned detectors to expose as signals: name -> saved probe directory "
                                        "(e.g. {pulse_prob: runs/probes/pulse}); checked against the reasoner")
     cache_path: str | None = helpf(None, "trajectory cache SQLite file (None: in memory)")
+    cache_service: dict | None = helpf(None, "a running trajectory-cache server, {name, namespace} as "
+                                            "envs.cache_service.start_cache_service returns it (the training driver "
+                                            "sets it from TrainConfig.cache_service): records are read and written "
+                                            "through it instead of the file; never part of the cache namespace")
+    reasoner_service: dict | None = helpf(None, "a running reasoner service, {name, namespace, replicas} as "
+                                               "agents.reasoners.service.start_service returns it (the training "
+                                               "driver sets it from TrainConfig.reasoner_service): the env's reasoner "
+                                               "is a client of it, no model in the env's process; unset: the env "
+                                               "builds its own reasoner. Never part of the cache namespace")
     max_step_tokens: int = helpf(24, "cut a runaway step after this many tokens")
     seed: int = helpf(0, "seed of the env's own randomness (sampling for consistency signals)")
 
@@ -81,6 +90,14 @@ class EnvConfig(ConfigBase):
             raise ConfigError(f"EnvConfig: tau_rel must be in [0, 1], got {self.tau_rel}")
         if self.max_retrievals_per_step < 1:
             raise ConfigError("EnvConfig: max_retrievals_per_step must be >= 1")
+        if self.cache_service is not None:
+            from envs.cache_service import check_cache_spec
+
+            check_cache_spec(self.cache_service)
+        if self.reasoner_service is not None:
+            from agents.reasoners.service import check_spec
+
+            check_spec(self.reasoner_service)
         if not self.query_modes:
             raise ConfigError("EnvConfig: query_modes must name at least one query formulation")
         from agents.query import MODE_FACTORIES, QUERY_MODES

@@ -44,7 +44,7 @@ from envs.components import episode_fields, observation_groups
 from envs.costs import CostEvent, CostModel, modelled_seconds
 from envs.env_config import EnvConfig
 from envs.records import serializable
-from envs.trajectory_cache import TrajectoryCache
+from envs.cache_service import open_cache
 
 log = logging.getLogger(__name__)
 
@@ -268,10 +268,9 @@ def _records(envs: list[RetrievalTimingEnv], kind: str, modes: list[int] | None 
         return []
     c, cfg, cache = envs[0].c, envs[0].config, envs[0].cache
     modes = modes or [0] * len(envs)
-    out: list[StepRecord | None] = [None] * len(envs)
     # cache
+    out: list[StepRecord | None] = cache.get_many([(c.question_id(e.ep.q), e.ep.prefix) for e in envs])
     for i, e in enumerate(envs):
-        out[i] = cache.get(c.question_id(e.ep.q), e.ep.prefix)
         if out[i] is not None:
             e.ep.before = e.ep.after = None  # rebuilt from the record's snapshots only if we generate again
     miss = [i for i, r in enumerate(out) if r is None]
@@ -328,7 +327,8 @@ def _records(envs: list[RetrievalTimingEnv], kind: str, modes: list[int] | None 
     own = (time.perf_counter() - t0) / len(miss)
     for j, (step, after) in zip(gen, execute_requests(c.reasoner, requests) if requests else []):
         jobs[j]["step"], jobs[j]["after"] = step, after
-    # signals, labels → the new records (cached)
+    # signals, labels → the new records (cached: one put of them all)
+    new: list[tuple] = []
     for i, job in zip(miss, jobs):
         e, t1 = envs[i], time.perf_counter()
         ep = e.ep
@@ -352,8 +352,9 @@ def _records(envs: list[RetrievalTimingEnv], kind: str, modes: list[int] | None 
                              label=label, error_kind=error_kind, chain_before=job["chain_before"],
                              chain_object=chain_object, compression=job.get("compression"),
                              final=step.is_answer or bool(getattr(after, "done", False)))
-        cache.put(c.question_id(ep.q), ep.prefix, rec)
+        new.append((c.question_id(ep.q), ep.prefix, rec))
         out[i] = rec
+    cache.put_many(new)
     return out  # type: ignore[return-value]
 
 
@@ -377,7 +378,7 @@ class RetrievalTimingEnv(gym.Env):
         self.c = components
         self.render_mode = render_mode
         self.costs = CostModel(self.config.costs, self.config.cost_params)
-        self.cache = TrajectoryCache(self.config.cache_path, namespace=self.c.namespace)
+        self.cache = open_cache(self.config, self.c.namespace)
         dims = observation_groups(self.config, self.c.feature_dims)  # group -> dim (records' + episode groups)
         obs = {g: spaces.Box(-np.inf, np.inf, shape=(d,), dtype=np.float32) for g, d in dims.items()}
         obs["history"] = spaces.Box(0.0, np.inf, shape=(HISTORY_DIM,), dtype=np.float32)

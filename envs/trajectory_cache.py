@@ -126,6 +126,15 @@ class TrajectoryCache:
                 except sqlite3.DatabaseError as e:
                     raise self._error("write", e) from e
 
+    def get_many(self, items: list[tuple[str, tuple]]) -> list[Any | None]:
+        """:meth:`get` of every ``(qid, prefix)`` (a shared cache serves them in one round trip)."""
+        return [self.get(q, p) for q, p in items]
+
+    def put_many(self, items: list[tuple[str, tuple, Any]]) -> None:
+        """:meth:`put` of every ``(qid, prefix, record)``."""
+        for q, p, v in items:
+            self.put(q, p, v)
+
     def _error(self, what: str, e: Exception) -> TrajectoryCacheError:
         return TrajectoryCacheError(f"trajectory cache {self.path}: cannot {what} ({e}); the file is damaged — delete "
                                     "it (records are regenerated) or restore it from a copy")

@@ -6,12 +6,19 @@
 # Safe on a shared host: the cluster gets its own ports (PORT_BASE … +10, all configurable), its own temp dir, binds
 # to 127.0.0.1, and is stopped by ending only the processes of that temp dir — never the CLI's stop command, which would
 # end every Ray process of the user (other jobs, CI's).
-# Usage: scripts/ray_job_smoke.sh [OUT_DIR]      (OUT_DIR default: runs/ray_job_smoke)
+# With --multinode it simulates a cluster on this machine: the head (1 CPU) plus two worker nodes joined with
+# `ray start --address …` — a "GPU node" that offers the custom resource reasoner_node (1 CPU) and a CPU node (2
+# CPUs) — and trains through one shared reasoner service (TrainConfig.reasoner_service with resources
+# {reasoner_node: 1}) with 2 EnvRunners; it then checks from the run's summary that the replica ran on the
+# reasoner node and no EnvRunner did.
+# Usage: scripts/ray_job_smoke.sh [--multinode] [OUT_DIR]      (OUT_DIR default: runs/ray_job_smoke)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 # shellcheck disable=SC1091
 source "$VENV/bin/activate"
+MULTI=0
+if [ "${1:-}" = --multinode ]; then MULTI=1; shift; fi
 OUT=$(realpath -m "${1:-runs/ray_job_smoke}")
 BASE=${RAY_SMOKE_PORT_BASE:-26391}
 PORT=${RAY_SMOKE_PORT:-$BASE}
@@ -20,14 +27,17 @@ mkdir -p "$OUT"
 # a short private temp dir (Ray's socket paths must stay under ~100 characters)
 RAY_TMP=$(mktemp -d /tmp/kairos-ray.XXXXXX)
 export RAY_TMPDIR="$RAY_TMP"
-python - "$OUT" <<'PY'
+python - "$OUT" "$MULTI" <<'PY'
 import sys, yaml
-out = sys.argv[1]
+out, multi = sys.argv[1], sys.argv[2] == "1"
 cfg = yaml.safe_load(open("configs/train_microworld.yaml"))
 cfg.update(name="ray_job_smoke", out_dir=f"{out}/run", iterations=2, checkpoint_every=1)
 cfg["algo"]["episodes_per_batch"] = 16
 cfg["env_config"].update(max_questions=32, cache_path=f"{out}/cache.sqlite")
 cfg["warmstart"].update(questions=16, epochs=2)
+if multi:  # one replica on the reasoner node, two EnvRunners (of 8 envs) elsewhere
+    cfg.update(num_env_runners=2, num_envs_per_env_runner=8,
+               reasoner_service={"replicas": 1, "num_cpus": 1, "resources": {"reasoner_node": 1}})
 yaml.safe_dump(cfg, open(f"{out}/train.yaml", "w"))
 PY
 export RAY_ADDRESS="http://127.0.0.1:$DASH"
@@ -48,10 +58,34 @@ ray start --head --num-cpus 2 --node-ip-address 127.0.0.1 --temp-dir "$RAY_TMP" 
   --dashboard-agent-listen-port $((BASE + 5)) --dashboard-agent-grpc-port $((BASE + 6)) \
   --metrics-export-port $((BASE + 7)) --runtime-env-agent-port $((BASE + 8)) \
   --min-worker-port $((BASE + 100)) --max-worker-port $((BASE + 199)) > "$OUT/ray_start.log" 2>&1
+if [ "$MULTI" = 1 ]; then  # two more nodes on this machine, each with its own ports
+  add_node() {  # add_node OFFSET NUM_CPUS RESOURCES_JSON
+    local b=$((BASE + $1))
+    ray start --address "127.0.0.1:$PORT" --num-cpus "$2" --resources "$3" --node-ip-address 127.0.0.1 \
+      --disable-usage-stats --node-manager-port $((b + 2)) --object-manager-port $((b + 3)) \
+      --dashboard-agent-listen-port $((b + 5)) --dashboard-agent-grpc-port $((b + 6)) --metrics-export-port $((b + 7)) \
+      --runtime-env-agent-port $((b + 8)) --min-worker-port $((b + 100)) --max-worker-port $((b + 199)) \
+      >> "$OUT/ray_start.log" 2>&1
+  }
+  add_node 200 1 '{"reasoner_node": 1}'
+  add_node 400 2 '{}'
+fi
 # runs/ and the virtual environment stay behind: the job runs the package from the uploaded working dir
 ray job submit --working-dir . \
   --runtime-env-json '{"excludes": [".venv", "runs", ".git", "**/__pycache__", "*.sqlite"]}' \
   -- python -m train --config "$OUT/train.yaml" --no-progress 2>&1 | tee "$OUT/job.log"
 test -f "$OUT/run/policy_trigger/spec.json" || { echo "ray_job_smoke: no exported policy in $OUT/run" >&2; exit 1; }
 grep -q "Job 'raysubmit_.*' succeeded" "$OUT/job.log" || { echo "ray_job_smoke: job did not succeed" >&2; exit 1; }
+if [ "$MULTI" = 1 ]; then  # the replica on the reasoner node, every EnvRunner elsewhere
+  python - "$OUT/run/summary.json" <<'PY' || { echo "ray_job_smoke: wrong placement" >&2; exit 1; }
+import json, sys
+s = json.load(open(sys.argv[1]))["reasoner_service"]
+(rep,) = s["replicas"]
+assert rep["node_resources"].get("reasoner_node") == 1, rep["node_resources"]
+assert len(s["env_runner_nodes"]) == 2 and rep["node_id"] not in s["env_runner_nodes"], s
+assert rep["calls"] > 0 and rep["mean_batch"] >= 1, rep
+print(f"placement: replica pid {rep['pid']} on the reasoner node, mean batch {rep['mean_batch']:.1f} over "
+      f"{rep['calls']} calls; EnvRunners on {len(set(s['env_runner_nodes']))} other node(s)")
+PY
+fi
 echo "ray_job_smoke: OK ($OUT/run)"

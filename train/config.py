@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from agents.reasoners.service import ReasonerServiceConfig
 from envs.config import ConfigBase, ConfigError, helpf
 from train.curriculum import ScheduleConfig
 from train.warmstart import WarmStartOptions
@@ -118,6 +119,14 @@ class TrainConfig(ConfigBase):
     warmstart: WarmStartOptions = field(default_factory=WarmStartOptions,
                                         metadata={"help": "supervised warm start from counterfactual step labels "
                                                           "(train.warmstart), before REINFORCE"})
+    cache_service: bool = helpf(False, "share the trajectory cache across nodes: one Ray actor on the driver's node "
+                                       "owns env_config.cache_path and every EnvRunner reads and writes through it "
+                                       "(envs.cache_service); false: each EnvRunner opens the SQLite file itself "
+                                       "(fine on one machine, never over a network file system)")
+    reasoner_service: ReasonerServiceConfig | None = field(
+        default=None, metadata={"help": "one shared, batching reasoner service for every EnvRunner "
+                                        "(agents.reasoners.service: replicas, max_batch, max_wait_ms, num_cpus, "
+                                        "num_gpus, resources); null: every EnvRunner builds its own reasoner"})
 
     def validate(self) -> None:
         if self.iterations < 1 or self.checkpoint_every < 1 or self.keep_checkpoints < 1:
@@ -136,6 +145,12 @@ class TrainConfig(ConfigBase):
             raise ConfigError(f"TrainConfig.warmstart: the counterfactual warm start labels through the Kairos env "
                               f"presets ({', '.join(PRESETS)}), not a custom env factory '{self.env}' (set "
                               "warmstart.enabled: false)")
+        if self.cache_service and (self.env not in PRESETS or not self.env_config.get("cache_path")):
+            raise ConfigError("TrainConfig.cache_service needs an env preset and env_config.cache_path (the SQLite "
+                              "file the cache server owns)")
+        if self.reasoner_service is not None and self.env not in PRESETS:
+            raise ConfigError(f"TrainConfig.reasoner_service: served reasoners are wired into the Kairos env presets "
+                              f"({', '.join(PRESETS)}), not a custom env factory '{self.env}'")
         if self.env in PRESETS:  # the env config is typed: a typo fails here, on the driver, naming the key
             from envs.env_config import EnvConfig
 

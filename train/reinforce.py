@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
@@ -42,6 +43,8 @@ from ray.rllib.utils.metrics import (
 )
 
 from train.curriculum import Curriculum, apply_cost_weights
+
+log = logging.getLogger(__name__)
 
 
 def reinforce_loss(logp: torch.Tensor, entropy: torch.Tensor, returns: torch.Tensor,
@@ -151,6 +154,11 @@ class ReinforceConfig(AlgorithmConfig):
         return ReinforceTorchLearner
 
 
+#: sampling attempts of one iteration when EnvRunners die during it; how long to wait for their restart
+SAMPLE_ATTEMPTS = 3
+RESTART_TIMEOUT_S = 300.0
+
+
 class Reinforce(Algorithm):
     """REINFORCE: sample complete episodes, one gradient step on them, sync weights."""
 
@@ -161,14 +169,9 @@ class Reinforce(Algorithm):
 
     @override(Algorithm)
     def training_step(self) -> None:
-        if self.config.seed is not None:  # iteration k samples from RNGs seeded by (seed, k, runner): resumable
-            seed, it = int(self.config.seed), int(self.iteration)
-            self.env_runner_group.foreach_env_runner(lambda r: reseed_env_runner(r, seed, it), local_env_runner=True)
-        weights = Curriculum(self.config.curriculum).weights(self.iteration)
-        if weights:
-            apply_cost_weights(self.env_runner_group, weights)
-            for k, v in weights.items():
-                self.metrics.log_value(("curriculum", f"lambda_{k}"), v, window=1)
+        weights = self._prepare_runners()
+        for k, v in weights.items():
+            self.metrics.log_value(("curriculum", f"lambda_{k}"), v, window=1)
 
         with self.metrics.log_time((TIMERS, ENV_RUNNER_SAMPLING_TIMER)):
             episodes, env_runner_results = self._sample_episodes()
@@ -186,16 +189,56 @@ class Reinforce(Algorithm):
             self.env_runner_group.sync_weights(from_worker_or_learner_group=self.learner_group,
                                                inference_only=True)
 
+    def _prepare_runners(self) -> dict[str, float]:
+        """Seed every EnvRunner for this iteration and give it the curriculum's λ; returns the λ."""
+        if self.config.seed is not None:  # iteration k samples from RNGs seeded by (seed, k, runner): resumable
+            seed, it = int(self.config.seed), int(self.iteration)
+            self.env_runner_group.foreach_env_runner(lambda r: reseed_env_runner(r, seed, it), local_env_runner=True)
+        weights = Curriculum(self.config.curriculum).weights(self.iteration)
+        if weights:
+            apply_cost_weights(self.env_runner_group, weights)
+        return weights
+
     def _sample_episodes(self) -> tuple[list, list]:
-        """Complete episodes from every EnvRunner (in parallel), and the runners' metrics."""
+        """Complete episodes from every EnvRunner (in parallel), and the runners' metrics.
+
+        An EnvRunner that dies while sampling (its process killed, its node lost) returns nothing: RLlib restarts
+        it; the iteration's sampling is then redone on every runner, reseeded as before — the iteration's episodes
+        are a pure function of (weights, seed, iteration), so the rerun yields what an uninterrupted run would have
+        (the survivors' episodes come from the trajectory cache) and no iteration is lost or counted twice."""
         n_remote = self.env_runner_group.num_remote_workers()
         per_runner = math.ceil(self.config.num_episodes_per_train_batch / max(1, n_remote))
-        sampled = self.env_runner_group.foreach_env_runner(
-            lambda r: (r.sample(num_episodes=per_runner, explore=True), r.get_metrics()),
-            local_env_runner=n_remote <= 0,
-        )
+        for attempt in range(SAMPLE_ATTEMPTS):
+            sampled = self.env_runner_group.foreach_env_runner(
+                lambda r: (r.sample(num_episodes=per_runner, explore=True), r.get_metrics()),
+                local_env_runner=n_remote <= 0,
+            )
+            if n_remote <= 0 or len(sampled) == n_remote:
+                break
+            log.warning("iteration %d: %d of %d EnvRunners returned no sample (died?); restarting them and sampling "
+                        "the iteration again (attempt %d of %d)", self.iteration + 1, n_remote - len(sampled),
+                        n_remote, attempt + 2, SAMPLE_ATTEMPTS)
+            self._restart_failed_runners()
+        else:
+            raise RuntimeError(f"iteration {self.iteration + 1}: EnvRunners kept failing while sampling "
+                               f"({SAMPLE_ATTEMPTS} attempts); see their logs")
         episodes = tree.flatten([s[0] for s in sampled])
         return [e for e in episodes if e.is_done], [s[1] for s in sampled]
+
+    def _restart_failed_runners(self) -> None:
+        """Wait until RLlib has restarted every failed EnvRunner, give them the current weights, seeds and λ."""
+        import time
+
+        group = self.env_runner_group
+        deadline = time.monotonic() + RESTART_TIMEOUT_S
+        while group.num_healthy_remote_workers() < group.num_remote_workers():
+            self.restore_env_runners(group)
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"EnvRunners not restarted within {RESTART_TIMEOUT_S:.0f} s "
+                                   f"({group.num_healthy_remote_workers()} of {group.num_remote_workers()} healthy)")
+            time.sleep(0.5)
+        group.sync_weights(from_worker_or_learner_group=self.learner_group, inference_only=True)
+        self._prepare_runners()
 
 
 def reseed_env_runner(runner: Any, seed: int, iteration: int) -> None:

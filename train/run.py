@@ -29,8 +29,9 @@ ENV_NAME = "kairos_train_env"  # registered with ray.tune to train.env_factory.m
 
 
 # ---------------------------------------------------------------- config
-def build_algo_config(cfg: TrainConfig):
-    """The :class:`train.reinforce.ReinforceConfig` of a run."""
+def build_algo_config(cfg: TrainConfig, services: dict | None = None):
+    """The :class:`train.reinforce.ReinforceConfig` of a run (``services``: env-config keys naming running
+    services the EnvRunners' envs connect to — ``reasoner_service``, ``cache_service``)."""
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
     from ray.tune.registry import register_env
 
@@ -43,7 +44,7 @@ def build_algo_config(cfg: TrainConfig):
     model_config = build_model_config(cfg)
     return (
         ReinforceConfig()
-        .environment(env=ENV_NAME, env_config={**cfg.env_config, "_env": cfg.env})
+        .environment(env=ENV_NAME, env_config={**cfg.env_config, "_env": cfg.env, **(services or {})})
         .env_runners(num_env_runners=cfg.num_env_runners, num_envs_per_env_runner=cfg.num_envs_per_env_runner,
                      gym_env_vectorize_mode="vector_entry_point", batch_mode="complete_episodes",
                      num_cpus_per_env_runner=1, num_gpus_per_env_runner=cfg.num_gpus_per_env_runner,
@@ -346,8 +347,9 @@ def train(cfg: TrainConfig, resume: bool = False, stop_after: int | None = None,
     if cfg.warmstart.enabled and not (resume and list_checkpoints(ckpt_dir)):
         warm = str(run_warmstart_of(cfg, show_progress))  # on the driver, before Ray starts
     started = init_ray(cfg)
+    services = start_services(cfg)
     try:
-        algo = build_algo_config(cfg).build_algo()
+        algo = build_algo_config(cfg, services).build_algo()
     except Exception as e:  # a remote EnvRunner that failed to start: its own error, not Ray's wrapping of it
         err = remote_error(e)
         if err is e:  # RLlib lost the worker's exception (e.g. an IndexError in get_spaces): ask a worker again
@@ -417,8 +419,15 @@ def train(cfg: TrainConfig, resume: bool = False, stop_after: int | None = None,
             "driver_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "final_metrics": last, "policy_dir": str(policy_dir),
         }
+        if "reasoner_service" in services:
+            summary["reasoner_service"] = placement(algo, services["reasoner_service"])
+        if "cache_service" in services:
+            from envs.cache_service import cache_server_stats
+
+            summary["cache_service"] = cache_server_stats(services["cache_service"])
     finally:
         algo.stop()
+        stop_services(services)
         if started:
             import ray
 
@@ -434,6 +443,47 @@ def train(cfg: TrainConfig, resume: bool = False, stop_after: int | None = None,
                                               list(range(cfg.eval_questions)))
     write_json(out / "summary.json", summary)
     return summary
+
+
+def start_services(cfg: TrainConfig) -> dict[str, dict]:
+    """The shared services a run asks for, started by (and owned by) this driver: the reasoner replicas
+    (``reasoner_service``) and the trajectory-cache server (``cache_service``); their specs by env-config key."""
+    out: dict[str, dict] = {}
+    if cfg.cache_service:
+        from envs.cache_service import start_cache_service
+
+        out["cache_service"] = start_cache_service(cfg.env_config["cache_path"])
+    if cfg.reasoner_service is not None:
+        from agents.reasoners.service import start_service
+        from envs.registration import PRESETS
+
+        out["reasoner_service"] = start_service({**PRESETS[cfg.env], **cfg.env_config}, cfg.reasoner_service)
+    return out
+
+
+def stop_services(services: dict[str, dict]) -> None:
+    if "reasoner_service" in services:
+        from agents.reasoners.service import stop_service
+
+        stop_service(services["reasoner_service"])
+    if "cache_service" in services:
+        from envs.cache_service import stop_cache_service
+
+        stop_cache_service(services["cache_service"])
+
+
+def placement(algo, service: dict) -> dict[str, Any]:
+    """Where a served run ran: each replica's node, pid and counters (mean batch, tokens, peak RSS), and the
+    node of every remote EnvRunner — so a cluster user can check the replicas landed on the nodes they asked for."""
+    import ray
+
+    from agents.reasoners.service import replica_handles, service_stats
+
+    infos = ray.get([h.info.remote() for h in replica_handles(service)])
+    stats = service_stats(service)
+    runners = algo.env_runner_group.foreach_env_runner(lambda r: ray.get_runtime_context().get_node_id(),
+                                                       local_env_runner=False) if algo.env_runner_group else []
+    return {"spec": service, "replicas": [{**i, **s} for i, s in zip(infos, stats)], "env_runner_nodes": runners}
 
 
 class _Progress:

