@@ -219,7 +219,7 @@ def _namespace(kind: str, identity, config: EnvConfig) -> str:
     outcome_fields = {k: v for k, v in config.to_dict().items()
                       if k not in ("costs", "cost_params", "cache_path", "split", "max_questions", "querygen",
                                    "fact_holdout", "artifact", "data_path", "corpus", "answer_closing",
-                                   "reasoner_service", "cache_service")}  # transport: never what a record holds
+                                   "reasoner_service", "cache_service", "retriever_service")}  # transport only
     if config.probes:
         outcome_fields["probes"] = {n: content_fingerprint(p) for n, p in sorted(config.probes.items())}
     # transport settings of a backend decide how long a request may take, never what it returns
@@ -321,7 +321,7 @@ def qa_components(config: EnvConfig, task: Any = None) -> Components:
     else:
         corpus = task.corpus()
     reasoner = build_reasoner(config)
-    retriever = task_retriever(config, corpus)
+    retriever = env_retriever(config, corpus)
     n_layers, hidden = model_facts(reasoner)
     from agents.reasoners.registry import reasoner_model_id
 
@@ -362,6 +362,28 @@ def _task_file(task) -> str | None:
 
     path = getattr(task, "path", None)
     return content_fingerprint(path) if path is not None else None
+
+
+def env_retriever(config: EnvConfig, corpus=None):
+    """The env's retriever: a client of the running service ``retriever_service`` names, else the index over the
+    task's corpus (``corpus``, or the one the config names: :func:`env_corpus`) in this process."""
+    if config.retriever_service is not None:
+        from agents.retrievers.service import ServedRetriever
+
+        return ServedRetriever(config.retriever_service)
+    return task_retriever(config, corpus if corpus is not None else env_corpus(config))
+
+
+def env_corpus(config: EnvConfig):
+    """The corpus an env of ``config`` searches: the micro-world's facts, or a dataset task's passages (its own, or
+    ``EnvConfig.corpus``) — without loading a model."""
+    if config.task == "microworld":
+        from envs.microworld.artifact import load_artifact
+
+        return load_artifact(config.artifact, with_model=False).corpus()
+    from envs.qa_task import QATask
+
+    return QATask(config.task, config.split, config.data_path).corpus(config.corpus)
 
 
 def task_retriever(config: EnvConfig, corpus):  # shared by the real-data and micro-world tasks
@@ -412,7 +434,7 @@ def microworld_components(config: EnvConfig) -> Components:
     if "rind" in config.signals:
         raise ValueError("EnvConfig.signals 'rind' (DRAGIN) needs attentions, which the micro-world reasoner does "
                          "not expose")
-    retriever = task_retriever(config, corpus)
+    retriever = env_retriever(config, corpus)
     querygen = QueryGenerator(list(config.query_modes))
     n_layers = world.model.config.num_hidden_layers
     if not config.pulse_layers:

@@ -73,6 +73,10 @@ class EnvConfig(ConfigBase):
                                             "envs.cache_service.start_cache_service returns it (the training driver "
                                             "sets it from TrainConfig.cache_service): records are read and written "
                                             "through it instead of the file; never part of the cache namespace")
+    retriever_service: dict | None = helpf(None, "a running retriever service, {name, namespace, replicas} as "
+                                                "agents.retrievers.service.start_retriever_service returns it (the "
+                                                "training driver sets it from TrainConfig.retriever_service): the "
+                                                "env's searches go to it; never part of the cache namespace")
     reasoner_service: dict | None = helpf(None, "a running reasoner service, {name, namespace, replicas} as "
                                                "agents.reasoners.service.start_service returns it (the training "
                                                "driver sets it from TrainConfig.reasoner_service): the env's reasoner "
@@ -94,6 +98,10 @@ class EnvConfig(ConfigBase):
             from envs.cache_service import check_cache_spec
 
             check_cache_spec(self.cache_service)
+        if self.retriever_service is not None:
+            from agents.retrievers.service import check_retriever_spec
+
+            check_retriever_spec(self.retriever_service)
         if self.reasoner_service is not None:
             from agents.reasoners.service import check_spec
 

@@ -40,11 +40,11 @@ from gymnasium import spaces
 
 from agents.reasoners.base import BranchingReasoner
 from agents.segmentation import parse_header
+from envs.cache_service import open_cache
 from envs.components import episode_fields, observation_groups
 from envs.costs import CostEvent, CostModel, modelled_seconds
 from envs.env_config import EnvConfig
 from envs.records import serializable
-from envs.cache_service import open_cache
 
 log = logging.getLogger(__name__)
 

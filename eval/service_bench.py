@@ -8,7 +8,9 @@ states one model call serves: a runner's own calls in (a), the replica's in (b))
 runners' and replicas' own CPU time), the model copies, and the peak resident memory of every process. Then one
 replica alone, fed batches of 1 … 64 fresh questions: states/s and tokens/s at each batch size — what a user needs
 to size a cluster. Each runner has its own in-memory trajectory cache and its own questions (seeded), so every step
-is generated. Prints a table, writes JSON and markdown.
+is generated. Last, the cache experiment: ``--cache-runners`` runners on one 32-question pool, each with its own cache
+(runners on different nodes without a service) vs one :mod:`envs.cache_service` server for all — the hit rate.
+Prints a table, writes JSON and markdown.
 
     kairos bench service --train-config configs/train_microworld.yaml --runners 1 2 4 --envs 16 --episodes 48
 """
@@ -38,6 +40,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-wait-ms", type=float, default=50.0, help="the replica's longest batching wait")
     p.add_argument("--sizing-batches", type=int, nargs="*", default=[1, 4, 16, 64],
                    help="batch sizes of the one-replica sizing sweep (empty: skip)")
+    p.add_argument("--cache-runners", type=int, default=4,
+                   help="runners of the cache-sharing experiment (same questions; 0: skip)")
     p.add_argument("--out", default="runs/bench/service", help="output directory (service_bench.json, .md)")
     p.set_defaults(func=_main)
 
@@ -45,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 class _Runner:
     """A stand-in EnvRunner (a Ray actor): a batched env and a seeded random policy; counts its model calls."""
 
-    def __init__(self, env_config: dict, n_envs: int, seed: int):
+    def __init__(self, env_config: dict, n_envs: int, seed: int, cache_service: dict | None = None):
         import numpy as np
         import torch
 
@@ -71,9 +75,16 @@ class _Runner:
         self.vec.step(np.ones(n_envs, dtype=np.int64))
         from envs.trajectory_cache import TrajectoryCache
 
-        cache = TrajectoryCache(None, self.vec.envs[0].c.namespace)
+        ns = self.vec.envs[0].c.namespace
+        if cache_service is not None:  # the cross-runner experiment: every runner reads and writes one server
+            from envs.cache_service import SharedTrajectoryCache
+
+            cache = SharedTrajectoryCache(cache_service, ns)
+        else:
+            cache = TrajectoryCache(None, ns)
         for e in self.vec.envs:
             e.cache = cache
+        self.cache = cache
         self.calls = self.states = self.tokens = 0
 
     def ready(self) -> bool:
@@ -95,6 +106,7 @@ class _Runner:
         secs = time.perf_counter() - t0
         ru = resource.getrusage(resource.RUSAGE_SELF)
         return {"episodes": done, "seconds": secs, "calls": self.calls, "states": self.states, "tokens": self.tokens,
+                "cache_hits": self.cache.hits, "cache_misses": self.cache.misses,
                 "cpu_seconds": (ru.ru_utime + ru.ru_stime) - (ru0.ru_utime + ru0.ru_stime),
                 "peak_rss_mb": ru.ru_maxrss / 1024, "pid": os.getpid()}
 
@@ -162,6 +174,39 @@ def run_config(env_config: dict, runners: int, n_envs: int, episodes: int, share
                             "replicas": [round(r["peak_rss_mb"], 1) for r in rep]}}
 
 
+def cache_sharing(env_config: dict, runners: int, n_envs: int, episodes: int, cache_path: Path,
+                  pool: int = 32) -> list[dict]:
+    """R runners drawing episodes from one small question pool (``pool`` questions, as a training pool is revisited
+    over iterations), each with its own cache (what runners on different nodes have without a service) vs one cache
+    server for all: the trajectory-cache hit rate, episodes/s and the steps each setting had to generate."""
+    import ray
+
+    from envs.cache_service import start_cache_service, stop_cache_service
+
+    for f in (cache_path, cache_path.with_name(cache_path.name + "-wal"), cache_path.with_name(cache_path.name + "-shm")):
+        f.unlink(missing_ok=True)  # a cold cache
+    out = []
+    for shared in (False, True):
+        spec = start_cache_service(str(cache_path)) if shared else None
+        try:
+            actor = ray.remote(num_cpus=1)(_Runner)
+            rs = [actor.remote({**env_config, "max_questions": pool}, n_envs, i + 1, spec) for i in range(runners)]
+            ray.get([r.ready.remote() for r in rs])
+            t0 = time.perf_counter()
+            res = ray.get([r.run.remote(episodes) for r in rs])
+            wall = time.perf_counter() - t0
+            for r in rs:
+                ray.kill(r)
+        finally:
+            if spec:
+                stop_cache_service(spec)
+        hits, misses = sum(r["cache_hits"] for r in res), sum(r["cache_misses"] for r in res)
+        out.append({"runners": runners, "cache": "one server for all" if shared else "one per runner (per node)",
+                    "hit_rate": hits / max(1, hits + misses), "episodes_per_s": sum(r["episodes"] for r in res) / wall,
+                    "generated_steps": sum(r["states"] for r in res)})
+    return out
+
+
 def sizing(env_config: dict, batches: list[int]) -> list[dict]:
     """One replica alone: states/s and tokens/s of a first step for fresh questions at each batch size."""
     import ray
@@ -202,6 +247,12 @@ def markdown(result: dict) -> str:
                      f"{r['episodes_per_cpu_second']:.3f} | {r['model_copies']} | {rss} |")
     for k, v in result.get("ratios", {}).items():
         lines.append(f"\n{k}: {v:.2f}")
+    if result.get("cache_sharing"):
+        lines += ["", "| runners (one 32-question pool) | trajectory cache | hit rate | episodes/s | generated steps |",
+                  "|---|---|---|---|---|"]
+        for c in result["cache_sharing"]:
+            lines.append(f"| {c['runners']} | {c['cache']} | {c['hit_rate']:.3f} | {c['episodes_per_s']:.2f} | "
+                         f"{c['generated_steps']} |")
     if result.get("sizing"):
         lines += ["", "| batch (states per call) | states/s | tokens/s | seconds per call |", "|---|---|---|---|"]
         for s in result["sizing"]:
@@ -241,6 +292,8 @@ def _main(args) -> int:
                 s["episodes_per_cpu_second"] / own["episodes_per_cpu_second"]
         result = {"train_config": args.train_config, "overrides": args.set, "envs_per_runner": args.envs, "episodes_per_runner": args.episodes,
                   "max_wait_ms": args.max_wait_ms, "cpus": os.cpu_count(), "configs": configs, "ratios": ratios,
+                  "cache_sharing": cache_sharing(env_config, args.cache_runners, args.envs, args.episodes,
+                                                 Path(args.out) / "cache_sharing.sqlite") if args.cache_runners else [],
                   "sizing": sizing(env_config, args.sizing_batches) if args.sizing_batches else []}
     finally:
         ray.shutdown()

@@ -28,3 +28,14 @@ def tiny_world(tmp_path_factory):
     cfg = BuildConfig.from_yaml(TINY_CONFIG)
     out = tmp_path_factory.mktemp("tiny_world")
     return train_world(cfg, out, progress=False)
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    """A private local Ray instance for one test module (``address="local"``: never another cluster on this host)."""
+    ray = pytest.importorskip("ray")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}})
+    yield
+    ray.shutdown()

@@ -5,8 +5,6 @@ env working from memory (warned), and a file that is not a cache is an error on 
 from __future__ import annotations
 
 import logging
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,17 +18,6 @@ from envs.cache_service import (  # noqa: E402
     stop_cache_service,
 )
 from envs.trajectory_cache import TrajectoryCache, TrajectoryCacheError  # noqa: E402
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def ray_local():
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}})
-    yield
-    ray.shutdown()
 
 
 def test_clients_share_one_servers_records_and_the_file_is_a_plain_cache(ray_local, tmp_path):

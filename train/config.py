@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agents.reasoners.service import ReasonerServiceConfig
+from agents.retrievers.service import RetrieverServiceConfig
 from envs.config import ConfigBase, ConfigError, helpf
 from train.curriculum import ScheduleConfig
 from train.warmstart import WarmStartOptions
@@ -123,6 +124,10 @@ class TrainConfig(ConfigBase):
                                        "owns env_config.cache_path and every EnvRunner reads and writes through it "
                                        "(envs.cache_service); false: each EnvRunner opens the SQLite file itself "
                                        "(fine on one machine, never over a network file system)")
+    retriever_service: RetrieverServiceConfig | None = field(
+        default=None, metadata={"help": "serve the env's retriever from Ray actors (agents.retrievers.service: "
+                                        "replicas, num_cpus, resources); null: every EnvRunner loads the index "
+                                        "(a prebuilt BM25 index is memory-mapped: one copy per node)"})
     reasoner_service: ReasonerServiceConfig | None = field(
         default=None, metadata={"help": "one shared, batching reasoner service for every EnvRunner "
                                         "(agents.reasoners.service: replicas, max_batch, max_wait_ms, num_cpus, "
@@ -148,9 +153,10 @@ class TrainConfig(ConfigBase):
         if self.cache_service and (self.env not in PRESETS or not self.env_config.get("cache_path")):
             raise ConfigError("TrainConfig.cache_service needs an env preset and env_config.cache_path (the SQLite "
                               "file the cache server owns)")
-        if self.reasoner_service is not None and self.env not in PRESETS:
-            raise ConfigError(f"TrainConfig.reasoner_service: served reasoners are wired into the Kairos env presets "
-                              f"({', '.join(PRESETS)}), not a custom env factory '{self.env}'")
+        for svc in ("reasoner_service", "retriever_service"):
+            if getattr(self, svc) is not None and self.env not in PRESETS:
+                raise ConfigError(f"TrainConfig.{svc}: services are wired into the Kairos env presets "
+                                  f"({', '.join(PRESETS)}), not a custom env factory '{self.env}'")
         if self.env in PRESETS:  # the env config is typed: a typo fails here, on the driver, naming the key
             from envs.env_config import EnvConfig
 

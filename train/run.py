@@ -31,7 +31,7 @@ ENV_NAME = "kairos_train_env"  # registered with ray.tune to train.env_factory.m
 # ---------------------------------------------------------------- config
 def build_algo_config(cfg: TrainConfig, services: dict | None = None):
     """The :class:`train.reinforce.ReinforceConfig` of a run (``services``: env-config keys naming running
-    services the EnvRunners' envs connect to — ``reasoner_service``, ``cache_service``)."""
+    services the EnvRunners' envs connect to — ``reasoner_service``, ``retriever_service``, ``cache_service``)."""
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
     from ray.tune.registry import register_env
 
@@ -446,16 +446,23 @@ def train(cfg: TrainConfig, resume: bool = False, stop_after: int | None = None,
 
 
 def start_services(cfg: TrainConfig) -> dict[str, dict]:
-    """The shared services a run asks for, started by (and owned by) this driver: the reasoner replicas
-    (``reasoner_service``) and the trajectory-cache server (``cache_service``); their specs by env-config key."""
+    """The shared services a run asks for, started by (and owned by) this driver: the trajectory-cache server
+    (``cache_service``), the retriever replicas (``retriever_service``) and the reasoner replicas
+    (``reasoner_service``); their specs by env-config key."""
     out: dict[str, dict] = {}
     if cfg.cache_service:
         from envs.cache_service import start_cache_service
 
         out["cache_service"] = start_cache_service(cfg.env_config["cache_path"])
+    from envs.registration import PRESETS
+
+    if cfg.retriever_service is not None:
+        from agents.retrievers.service import start_retriever_service
+
+        out["retriever_service"] = start_retriever_service({**PRESETS[cfg.env], **cfg.env_config},
+                                                           cfg.retriever_service)
     if cfg.reasoner_service is not None:
         from agents.reasoners.service import start_service
-        from envs.registration import PRESETS
 
         out["reasoner_service"] = start_service({**PRESETS[cfg.env], **cfg.env_config}, cfg.reasoner_service)
     return out
@@ -466,6 +473,10 @@ def stop_services(services: dict[str, dict]) -> None:
         from agents.reasoners.service import stop_service
 
         stop_service(services["reasoner_service"])
+    if "retriever_service" in services:
+        from agents.retrievers.service import stop_retriever_service
+
+        stop_retriever_service(services["retriever_service"])
     if "cache_service" in services:
         from envs.cache_service import stop_cache_service
 

@@ -56,9 +56,6 @@ log = logging.getLogger(__name__)
 
 #: the Ray namespace service actors are named in (a replica is ``<name>/<index>`` there)
 NAMESPACE = "kairos"
-#: a client that sent a request within this many seconds (or three of its own intervals) is active: the batcher
-#: waits (up to max_wait_ms) for its next request
-ACTIVE_S = 1.0
 
 
 @dataclass
@@ -73,6 +70,9 @@ class ReasonerServiceConfig(ConfigBase):
     num_gpus: float = helpf(0.0, "GPUs a replica reserves (> 0 places it on a GPU node)")
     resources: dict[str, float] = helpf({}, "custom resources a replica reserves, e.g. {reasoner_node: 1} "
                                             "(it then runs only on nodes started with that resource)")
+    active_s: float = helpf(1.0, "a client that sent a request within this many seconds (or three of its own "
+                                 "intervals between requests) is active: the batcher waits (up to max_wait_ms) for its "
+                                 "next request")
     live_states: int = helpf(512, "after-states a replica keeps live (with their KV cache) for the request that "
                                   "continues them; older ones are rebuilt from their snapshot")
     max_restarts: int = helpf(-1, "restarts of a replica that died (-1: always); its in-flight calls are retried")
@@ -81,7 +81,7 @@ class ReasonerServiceConfig(ConfigBase):
     def validate(self) -> None:
         if self.replicas < 1 or self.max_batch < 1 or self.live_states < 1:
             raise ConfigError("ReasonerServiceConfig: replicas, max_batch and live_states must be >= 1")
-        if self.max_wait_ms < 0 or self.num_cpus < 0 or self.num_gpus < 0 or self.start_timeout_s <= 0:
+        if self.max_wait_ms < 0 or self.active_s < 0 or self.num_cpus < 0 or self.num_gpus < 0 or self.start_timeout_s <= 0:
             raise ConfigError("ReasonerServiceConfig: max_wait_ms, num_cpus and num_gpus must be >= 0, "
                               "start_timeout_s > 0")
         bad = {k: v for k, v in self.resources.items() if not isinstance(v, (int, float)) or v <= 0}
@@ -122,7 +122,8 @@ def _apply(reasoner, key: str | None, snap: dict | None, ops: tuple, live: Order
 class ReasonerReplica:
     """One model copy behind a batching queue (a Ray actor: :func:`start_service` creates them)."""
 
-    def __init__(self, env_config: dict, max_batch: int, max_wait_ms: float, live_states: int):
+    def __init__(self, env_config: dict, max_batch: int, max_wait_ms: float, live_states: int,
+                 active_s: float = 1.0):
         import torch
 
         torch.set_num_threads(1)
@@ -131,7 +132,7 @@ class ReasonerReplica:
 
         self.config = EnvConfig.from_dict({k: v for k, v in env_config.items() if k != "reasoner_service"})
         self.reasoner = build_reasoner(self.config)
-        self.max_batch, self.max_wait = max_batch, max_wait_ms / 1000.0
+        self.max_batch, self.max_wait, self.active_s = max_batch, max_wait_ms / 1000.0, active_s
         self.live: OrderedDict[str, Any] = OrderedDict()
         self.live_states = live_states
         self.pool = ThreadPoolExecutor(max_workers=1)  # the model runs in one thread, off the event loop
@@ -172,11 +173,11 @@ class ReasonerReplica:
 
     def _all_clients_waiting(self) -> bool:
         """Every active client has a request waiting: nobody else is about to send one, so waiting longer only adds
-        latency. A client is active while its silence is shorter than ``ACTIVE_S`` and than three of its own
-        intervals between requests (a runner between two training iterations stops being waited for)."""
+        latency. A client is active while its silence is shorter than ``active_s`` or three of its own intervals
+        between requests (a runner between two training iterations stops being waited for)."""
         now = time.monotonic()
         waiting = {p[3] for p in self.pending}
-        return all(c in waiting for c, (t, gap) in self.seen.items() if now - t < max(ACTIVE_S, 3 * gap))
+        return all(c in waiting for c, (t, gap) in self.seen.items() if now - t < max(self.active_s, 3 * gap))
 
     async def _batch_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -223,7 +224,7 @@ class ReasonerReplica:
         self.stats["requests"] += len(batches)
         self.stats["max_batch_seen"] = max(self.stats["max_batch_seen"], len(flat))
         res = []
-        for (key, snap, ops), before, (step, after) in zip(flat, states, outs):
+        for (_, _, ops), before, (step, after) in zip(flat, states, outs):
             self.stats["tokens"] += int(step.n_tokens)
             k = uuid.uuid4().hex
             self.live[k] = after
@@ -273,7 +274,7 @@ def start_service(env_config: dict, cfg: ReasonerServiceConfig | dict | None = N
     handles = [actor.options(name=f"{name}/{i}", namespace=NAMESPACE, num_cpus=cfg.num_cpus, num_gpus=cfg.num_gpus,
                              resources=dict(cfg.resources) or None, max_restarts=cfg.max_restarts,
                              max_task_retries=-1, max_concurrency=1000)
-               .remote(dict(env_config), cfg.max_batch, cfg.max_wait_ms, cfg.live_states)
+               .remote(dict(env_config), cfg.max_batch, cfg.max_wait_ms, cfg.live_states, cfg.active_s)
                for i in range(cfg.replicas)]
     refs = [h.info.remote() for h in handles]
     ready, _ = ray.wait(refs, num_returns=len(refs), timeout=cfg.start_timeout_s)
