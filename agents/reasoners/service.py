@@ -50,12 +50,11 @@ from types import SimpleNamespace
 from typing import Any
 
 from agents.reasoners.base import Capabilities, Step
+from agents.serving import NAMESPACE, kill_all, lookup_replicas, start_replicas
 from envs.config import ConfigBase, ConfigError, helpf
 
 log = logging.getLogger(__name__)
 
-#: the Ray namespace service actors are named in (a replica is ``<name>/<index>`` there)
-NAMESPACE = "kairos"
 
 
 @dataclass
@@ -263,29 +262,19 @@ def start_service(env_config: dict, cfg: ReasonerServiceConfig | dict | None = N
     spec envs take as ``EnvConfig.reasoner_service``. The caller owns the actors: they end with its Ray job (or
     :func:`stop_service`). Waits until every replica has loaded its model; a replica that cannot be placed (no node
     offers its resources) is an error naming the resources, after ``start_timeout_s``."""
-    import ray
 
     cfg = cfg if isinstance(cfg, ReasonerServiceConfig) else ReasonerServiceConfig.from_dict(cfg or {})
     from envs.env_config import EnvConfig
 
     EnvConfig.from_dict({k: v for k, v in env_config.items() if k != "reasoner_service"})  # errors here, not remote
     name = name or f"reasoner-{uuid.uuid4().hex[:8]}"
-    actor = ray.remote(ReasonerReplica)
-    handles = [actor.options(name=f"{name}/{i}", namespace=NAMESPACE, num_cpus=cfg.num_cpus, num_gpus=cfg.num_gpus,
-                             resources=dict(cfg.resources) or None, max_restarts=cfg.max_restarts,
-                             max_task_retries=-1, max_concurrency=1000)
-               .remote(dict(env_config), cfg.max_batch, cfg.max_wait_ms, cfg.live_states, cfg.active_s)
-               for i in range(cfg.replicas)]
-    refs = [h.info.remote() for h in handles]
-    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=cfg.start_timeout_s)
-    if len(ready) < len(refs):
-        for h in handles:
-            ray.kill(h)
-        raise RuntimeError(f"reasoner service '{name}': {len(refs) - len(ready)} of {cfg.replicas} replicas did not "
-                           f"start within {cfg.start_timeout_s:.0f} s — each asks for num_cpus={cfg.num_cpus}, "
-                           f"num_gpus={cfg.num_gpus}, resources={cfg.resources}; the cluster offers "
-                           f"{ray.cluster_resources()} (free now: {ray.available_resources()})")
-    for i, info in enumerate(ray.get(refs)):
+    handles, infos = start_replicas(
+        ReasonerReplica, name, cfg.replicas,
+        (dict(env_config), cfg.max_batch, cfg.max_wait_ms, cfg.live_states, cfg.active_s),
+        {"num_cpus": cfg.num_cpus, "num_gpus": cfg.num_gpus, "resources": dict(cfg.resources) or None,
+         "max_restarts": cfg.max_restarts, "max_task_retries": -1, "max_concurrency": 1000},
+        cfg.start_timeout_s, "reasoner service")
+    for i, info in enumerate(infos):
         log.info("reasoner service %s/%d: pid %s on node %s", name, i, info["pid"], info["node_id"][:12])
     _OWNED[name] = handles
     return {"name": name, "namespace": NAMESPACE, "replicas": cfg.replicas}
@@ -297,18 +286,9 @@ _OWNED: dict[str, list] = {}
 
 def replica_handles(spec: dict) -> list:
     """The replicas' actor handles (looked up by name: works in any process of the cluster)."""
-    import ray
-
-    check_spec(spec)
-    out = []
-    for i in range(spec["replicas"]):
-        try:
-            out.append(ray.get_actor(f"{spec['name']}/{i}", namespace=spec["namespace"]))
-        except ValueError:
-            raise RuntimeError(f"reasoner service '{spec['name']}': replica {i} is not running in this Ray cluster "
-                               "(start the service with agents.reasoners.service.start_service, or set "
-                               "TrainConfig.reasoner_service and let the training driver start it)") from None
-    return out
+    return lookup_replicas(check_spec(spec), "reasoner service",
+                           "agents.reasoners.service.start_service, or set TrainConfig.reasoner_service and let the "
+                           "training driver start it")
 
 
 def service_stats(spec: dict) -> list[dict]:
@@ -320,10 +300,7 @@ def service_stats(spec: dict) -> list[dict]:
 
 def stop_service(spec: dict) -> None:
     """End a service's replicas."""
-    import ray
-
-    for h in _OWNED.pop(spec["name"], None) or replica_handles(spec):
-        ray.kill(h, no_restart=True)
+    kill_all(_OWNED.pop(spec["name"], None) or replica_handles(spec))
 
 
 # ---------------------------------------------------------------------------------------------- the client

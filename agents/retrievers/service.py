@@ -18,9 +18,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from agents.serving import NAMESPACE, kill_all, lookup_replicas, start_replicas
 from envs.config import ConfigBase, ConfigError, helpf
-
-NAMESPACE = "kairos"
 
 
 @dataclass
@@ -69,28 +68,12 @@ class RetrieverServer:
 def start_retriever_service(env_config: dict, cfg: RetrieverServiceConfig | dict | None = None) -> dict:
     """Start the replicas for envs of ``env_config`` (Ray must be initialised); returns the spec envs take as
     ``EnvConfig.retriever_service``. Errors (no index, a mismatched corpus) surface here, on the driver."""
-    import ray
 
     cfg = cfg if isinstance(cfg, RetrieverServiceConfig) else RetrieverServiceConfig.from_dict(cfg or {})
     name = f"retriever-{uuid.uuid4().hex[:8]}"
-    handles = [ray.remote(RetrieverServer).options(
-        name=f"{name}/{i}", namespace=NAMESPACE, num_cpus=cfg.num_cpus, resources=dict(cfg.resources) or None,
-        max_restarts=-1, max_task_retries=-1).remote(dict(env_config)) for i in range(cfg.replicas)]
-    refs = [h.info.remote() for h in handles]
-    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=cfg.start_timeout_s)
-    if len(ready) < len(refs):
-        for h in handles:
-            ray.kill(h)
-        raise RuntimeError(f"retriever service '{name}': {len(refs) - len(ready)} of {cfg.replicas} replicas did not "
-                           f"start within {cfg.start_timeout_s:.0f} s (each asks for num_cpus={cfg.num_cpus}, "
-                           f"resources={cfg.resources}; the cluster offers {ray.cluster_resources()})")
-    try:
-        ray.get(refs)
-    except ray.exceptions.RayActorError as e:  # the replica's own error (e.g. an index of another corpus)
-        for h in handles:
-            ray.kill(h, no_restart=True)
-        raise RuntimeError(f"retriever service '{name}' could not load the env's retriever: "
-                           f"{str(e).strip().splitlines()[-1]}") from None
+    handles, _ = start_replicas(RetrieverServer, name, cfg.replicas, (dict(env_config),),
+                                {"num_cpus": cfg.num_cpus, "resources": dict(cfg.resources) or None,
+                                 "max_restarts": -1, "max_task_retries": -1}, cfg.start_timeout_s, "retriever service")
     _OWNED[name] = handles
     return {"name": name, "namespace": NAMESPACE, "replicas": cfg.replicas}
 
@@ -99,22 +82,13 @@ _OWNED: dict[str, list] = {}
 
 
 def _handles(spec: dict) -> list:
-    import ray
-
-    check_retriever_spec(spec)
-    try:
-        return [ray.get_actor(f"{spec['name']}/{i}", namespace=spec["namespace"]) for i in range(spec["replicas"])]
-    except ValueError:
-        raise RuntimeError(f"retriever service '{spec['name']}' is not running in this Ray cluster (start it with "
+    return lookup_replicas(check_retriever_spec(spec), "retriever service",
                            "agents.retrievers.service.start_retriever_service, or set TrainConfig.retriever_service "
-                           "and let the training driver start it)") from None
+                           "and let the training driver start it")
 
 
 def stop_retriever_service(spec: dict) -> None:
-    import ray
-
-    for h in _OWNED.pop(spec["name"], None) or _handles(spec):
-        ray.kill(h, no_restart=True)
+    kill_all(_OWNED.pop(spec["name"], None) or _handles(spec))
 
 
 class ServedRetriever:

@@ -135,6 +135,8 @@ def test_service_errors_name_the_fix(ray_local, cfg):
         ServedReasoner({"name": "nope", "namespace": "kairos", "replicas": 1})
     with pytest.raises(RuntimeError, match="gpu_node_that_is_not_there"):
         start_service(cfg, ReasonerServiceConfig(resources={"gpu_node_that_is_not_there": 1}, start_timeout_s=3))
+    with pytest.raises(RuntimeError, match="could not start.*no micro-world artifact"):  # the replica's own error
+        start_service({**cfg, "artifact": "/nonexistent/world"}, ReasonerServiceConfig(start_timeout_s=60))
     with pytest.raises(ValueError, match="EigenScore"):
         make_batched(1, {**cfg, "signals": ["pulse", "eigen"], "reasoner_service": {"name": "x", "namespace": "k",
                                                                                     "replicas": 1}})
