@@ -113,8 +113,9 @@ class Components:
             for i, comp in enumerate(("u_verb", "u_ent", "u_cons")):
                 if comp[2:] not in self.rsus_components or sig["rsus"][4 + i] == 0:
                     scalars.pop(comp, None)
+        served = step.meta.get("probes", {})  # computed next to the model by a reasoner service
         for name, probe in self.probes.items():
-            value = float(probe(step, state))
+            value = float(served[name]) if name in served else float(probe(step, state))
             if np.isfinite(value):
                 scalars[name] = value
         return feats, scalars, mask
@@ -165,14 +166,25 @@ def rsus_weights(config: EnvConfig) -> tuple[float, float, float]:
     return w  # type: ignore[return-value]
 
 
+def reads_hidden_states(name: str) -> bool:
+    """Whether the registered signal ``name`` reads the model's internals (hidden states or attentions)."""
+    from agents.signals.base import SIGNALS
+
+    req = getattr(SIGNALS.get(name), "requires", ())
+    return "hidden_states" in req or "attentions" in req
+
+
 def _extractor(config: EnvConfig, reasoner, n_layers: int, hidden: int, corpus_texts: list[str], backend: str,
-               model_id: str | None = None):
-    """The signal extractor of an env: observation groups -> registered signals."""
+               model_id: str | None = None, model_side_only: bool = False):
+    """The signal extractor of an env: observation groups -> registered signals (``model_side_only``: just those
+    that read the model's internals — what a reasoner service computes next to the model)."""
     from agents.signals.extractor import SignalExtractor
     from agents.signals.rsus import RSUSConfig
 
     fields = group_signals()
     names = [n for g in record_groups(config) for n in fields[g]]
+    if model_side_only:
+        names = [n for n in names if reads_hidden_states(n)]
     opts = {k: v for k, v in config.rsus_options.items() if k not in ("weights", "verb_proxy")}
     w = rsus_weights(config)
     rsus_cfg = RSUSConfig(w_verb=w[0], w_ent=w[1], w_cons=w[2], seed=config.seed, **opts)
@@ -305,6 +317,26 @@ def model_facts(reasoner) -> tuple[int, int]:
         return int(reasoner.n_layers or 0), int(reasoner.hidden_size or 0)
     mc = getattr(getattr(reasoner, "model", None), "config", None)
     return getattr(mc, "num_hidden_layers", 0) or 0, getattr(mc, "hidden_size", 0) or 0
+
+
+def model_side_signals(config: EnvConfig, reasoner) -> tuple[Any, dict[str, Any]]:
+    """``(extractor, probes)`` of the signals of an env of ``config`` that read the model's internals, built as the
+    env builds them: what a reasoner service computes next to the model, so a step travels with its features and
+    without its per-layer hidden states (:mod:`agents.reasoners.service`)."""
+    n_layers, hidden = model_facts(reasoner)
+    if config.reasoner == "micro":
+        from envs.microworld.artifact import world_model_id
+
+        mid = world_model_id(reasoner.world)
+        if not config.pulse_layers:  # as microworld_components
+            config = config.replace(pulse_layers=[0, n_layers])
+    else:
+        from agents.reasoners.registry import reasoner_model_id
+
+        mid = reasoner_model_id(reasoner, config.reasoner)
+    ex = _extractor(config, reasoner, n_layers, hidden, [], config.reasoner, mid, model_side_only=True)
+    probes = {name: DETECTORS.make("probe", path, expected_model_id=mid) for name, path in config.probes.items()}
+    return ex, probes
 
 
 def qa_components(config: EnvConfig, task: Any = None) -> Components:

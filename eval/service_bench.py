@@ -235,6 +235,32 @@ def sizing(env_config: dict, batches: list[int]) -> list[dict]:
     return out
 
 
+def step_bytes(env_config: dict, n: int = 16) -> dict[str, float]:
+    """Mean pickled size of a served first step: with the model-side signals computed in the replica (the default)
+    and with the per-layer hidden states travelling instead (``features_on_service: false``)."""
+    import pickle
+
+    import ray
+
+    from agents.reasoners.service import ReasonerServiceConfig, replica_handles, start_service, stop_service
+    from envs.components import build_components
+    from envs.env_config import EnvConfig
+
+    comps = build_components(EnvConfig.from_dict(env_config))
+    reqs = [(None, None, (("start", comps.question_text(q), ()),)) for q in comps.questions[:n]]
+    out = {}
+    for features in (True, False):
+        spec = start_service(env_config, ReasonerServiceConfig(features_on_service=features, max_wait_ms=0.0))
+        try:
+            (h,) = replica_handles(spec)
+            res = ray.get(h.next_step.remote(reqs))
+            out["features_on_service" if features else "hidden_states_travel"] = \
+                sum(len(pickle.dumps(r[0])) for r in res) / len(res)
+        finally:
+            stop_service(spec)
+    return out
+
+
 def markdown(result: dict) -> str:
     lines = ["| runners × envs | mode | episodes/s | tokens/s | mean generation batch | episodes / CPU-s | "
              "model copies | peak RSS per process (MB) |", "|---|---|---|---|---|---|---|---|"]
@@ -253,6 +279,10 @@ def markdown(result: dict) -> str:
         for c in result["cache_sharing"]:
             lines.append(f"| {c['runners']} | {c['cache']} | {c['hit_rate']:.3f} | {c['episodes_per_s']:.2f} | "
                          f"{c['generated_steps']} |")
+    if result.get("step_bytes"):
+        b = result["step_bytes"]
+        lines.append(f"\nbytes per served step (pickled): {b['features_on_service']:.0f} with the model-side signals "
+                     f"computed in the replica, {b['hidden_states_travel']:.0f} with the hidden states travelling")
     if result.get("sizing"):
         lines += ["", "| batch (states per call) | states/s | tokens/s | seconds per call |", "|---|---|---|---|"]
         for s in result["sizing"]:
@@ -294,7 +324,8 @@ def _main(args) -> int:
                   "max_wait_ms": args.max_wait_ms, "cpus": os.cpu_count(), "configs": configs, "ratios": ratios,
                   "cache_sharing": cache_sharing(env_config, args.cache_runners, args.envs, args.episodes,
                                                  Path(args.out) / "cache_sharing.sqlite") if args.cache_runners else [],
-                  "sizing": sizing(env_config, args.sizing_batches) if args.sizing_batches else []}
+                  "sizing": sizing(env_config, args.sizing_batches) if args.sizing_batches else [],
+                  "step_bytes": step_bytes(env_config)}
     finally:
         ray.shutdown()
     out = Path(args.out)

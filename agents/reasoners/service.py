@@ -23,8 +23,10 @@ regenerated step is token-exact and a replica that lost its live states (restart
 from its snapshot. Greedy generation is batch-invariant, so a served env produces the same records as a local one.
 
 Ray only — actors, named handles, ``max_restarts`` / ``max_task_retries`` for faults — no RPC layer of our own.
-The step's hidden-state arrays travel with it (the micro-world LM: ≈ 16 KB a step); signals are computed by the
-env, as without a service.
+The signals that read the model's internals (PUlSE, the content fields, hidden-state probes) are computed in the
+replica, next to the model, with the env's own settings (``features_on_service``, default on); the step then
+travels without its per-layer hidden states — kilobytes, whatever the model's depth. Output-level signals, RSUS and
+text-only content are computed by the env from the step's text and log-probabilities, as without a service.
 
 Example (a local Ray, the micro-world)::
 
@@ -72,6 +74,9 @@ class ReasonerServiceConfig(ConfigBase):
     active_s: float = helpf(1.0, "a client that sent a request within this many seconds (or three of its own "
                                  "intervals between requests) is active: the batcher waits (up to max_wait_ms) for its "
                                  "next request")
+    features_on_service: bool = helpf(True, "compute the signals that read the model's internals (PUlSE, content "
+                                            "fields, hidden-state probes) in the replica and send the step without "
+                                            "its per-layer hidden states; false: the arrays travel, the env computes")
     live_states: int = helpf(512, "after-states a replica keeps live (with their KV cache) for the request that "
                                   "continues them; older ones are rebuilt from their snapshot")
     max_restarts: int = helpf(-1, "restarts of a replica that died (-1: always); its in-flight calls are retried")
@@ -122,7 +127,7 @@ class ReasonerReplica:
     """One model copy behind a batching queue (a Ray actor: :func:`start_service` creates them)."""
 
     def __init__(self, env_config: dict, max_batch: int, max_wait_ms: float, live_states: int,
-                 active_s: float = 1.0):
+                 active_s: float = 1.0, features: bool = True):
         import torch
 
         torch.set_num_threads(1)
@@ -132,6 +137,13 @@ class ReasonerReplica:
         self.config = EnvConfig.from_dict({k: v for k, v in env_config.items() if k != "reasoner_service"})
         self.reasoner = build_reasoner(self.config)
         self.max_batch, self.max_wait, self.active_s = max_batch, max_wait_ms / 1000.0, active_s
+        self.features = None
+        if features:  # the model-side signals, built as the env builds them
+            from envs.components import model_side_signals
+
+            self.features = model_side_signals(self.config, self.reasoner)
+        # a U_verb proxy reads the hidden states in the env's RSUS: then the arrays must travel
+        self.strip = features and not self.config.rsus_options.get("verb_proxy")
         self.live: OrderedDict[str, Any] = OrderedDict()
         self.live_states = live_states
         self.pool = ThreadPoolExecutor(max_workers=1)  # the model runs in one thread, off the event loop
@@ -225,6 +237,8 @@ class ReasonerReplica:
         res = []
         for (_, _, ops), before, (step, after) in zip(flat, states, outs):
             self.stats["tokens"] += int(step.n_tokens)
+            if self.features is not None:
+                self._attach_features(step, before)
             k = uuid.uuid4().hex
             self.live[k] = after
             res.append((step, r.snapshot(after), k, bool(getattr(after, "done", False)),
@@ -236,6 +250,16 @@ class ReasonerReplica:
             out.append(res[i: i + len(reqs)])
             i += len(reqs)
         return out
+
+    def _attach_features(self, step: Step, before: Any) -> None:
+        """The model-side signals and probe scores into ``step.meta`` (the env's extractor reads them there); the
+        per-layer hidden states dropped, so the step travels in kilobytes."""
+        ex, probes = self.features
+        sig = ex(step, before)
+        step.meta["signals"] = {n: (sig[n] if sig["mask"][i] > 0 else None) for i, n in enumerate(ex.names)}
+        step.meta["probes"] = {n: float(p(step, before)) for n, p in probes.items()}
+        if self.strip:
+            step.hidden_mean = step.hidden_last = step.hidden_first = None
 
     async def resolve(self, key: str | None, snap: dict | None, ops: tuple) -> dict:
         """The snapshot of a state with pending operations (for a client that needs it before generating)."""
@@ -270,7 +294,7 @@ def start_service(env_config: dict, cfg: ReasonerServiceConfig | dict | None = N
     name = name or f"reasoner-{uuid.uuid4().hex[:8]}"
     handles, infos = start_replicas(
         ReasonerReplica, name, cfg.replicas,
-        (dict(env_config), cfg.max_batch, cfg.max_wait_ms, cfg.live_states, cfg.active_s),
+        (dict(env_config), cfg.max_batch, cfg.max_wait_ms, cfg.live_states, cfg.active_s, cfg.features_on_service),
         {"num_cpus": cfg.num_cpus, "num_gpus": cfg.num_gpus, "resources": dict(cfg.resources) or None,
          "max_restarts": cfg.max_restarts, "max_task_retries": -1, "max_concurrency": 1000},
         cfg.start_timeout_s, "reasoner service")
@@ -329,7 +353,8 @@ class ServedReasoner:
         self.replicas = replica_handles(spec)
         info = ray.get(self.replicas[0].info.remote())
         self.capabilities = Capabilities(**info["capabilities"])
-        self.model_id = info["model_id"]
+        if info["model_id"] is not None:  # what the env's cache namespace reads (as it would from the backend)
+            self.model_id = info["model_id"]
         if info["cfg_model"] is not None:  # what reasoner_model_id reads (probes are checked against it)
             self.cfg = SimpleNamespace(model=info["cfg_model"])
         self.n_layers, self.hidden_size = info["n_layers"], info["hidden_size"]

