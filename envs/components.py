@@ -240,6 +240,8 @@ def _namespace(kind: str, identity, config: EnvConfig) -> str:
                                                        "concurrency", "allow_insecure_key", "api_key_env")}
     if config.index_path:
         outcome_fields["index_path"] = _index_fingerprint(config.index_path)
+    if "rind" in config.signals:  # 2: RIND's attention term is DRAGIN's (max over queries of the head mean), one
+        outcome_fields["rind_definition"] = 2  # definition in stepgen and agents.signals.attention
     if "content_words" in config.query_modes:  # the POS tagger decides which words a content_words query keeps
         from agents.query import tagger_name
 

@@ -26,9 +26,11 @@ once the step is complete, so the header rule may look at the whole line.
 Optional ``attn_received`` (``capture_attentions=True``, eager attention only; DRAGIN's RIND): for content
 token ``c_i`` at position ``p_i``,
 
-    a_i = mean over heads h of  max over q in Q_i of  A_h[q, p_i]
+    a_i = max over q in Q_i of  (mean over heads h of A_h[q, p_i])
 
-where ``A_h`` is head ``h`` of the LAST layer's attention (softmax rows, keys = all earlier positions) and
+— DRAGIN's definition, the same as :func:`agents.signals.attention.attention_received` computes from a full
+attention matrix — where ``A_h`` is head ``h`` of the LAST layer's attention (softmax rows, keys = all earlier
+positions) and
 ``Q_i`` are the positions of the step's later generated tokens that are fed in this call — ``c_{i+1} …
 c_n``; the end token is fed only by the next call, so it is not in ``Q_i``, and ``a_n = 0`` (empty max).
 (A step cut at ``max_new_tokens`` has no end token; its last content token is not fed either, so again
@@ -171,7 +173,7 @@ def generate_steps(
     ent: list[list[float]] = [[] for _ in range(B)]
     mp: list[list[float]] = [[] for _ in range(B)]
     hids: list[torch.Tensor] = []  # per decode step [B, L+1, d]: the state that generated token t
-    att_max = None  # [B, heads, max_new_tokens]: running max of last-layer attention received
+    att_max = None  # [B, max_new_tokens]: running max over queries of the head-mean last-layer attention received
     done = [False] * B
     finished = [False] * B
     for t in range(max_new_tokens):
@@ -189,11 +191,11 @@ def generate_steps(
         cache = out.cache
         if want_att:
             # the row of the token fed now (g_t) over the keys of g_1 … g_{t-1}
-            rows = out.attentions[-1][:, :, -1, base: base + t - 1].float()  # [B, H, t-1]
+            rows = out.attentions[-1][:, :, -1, base: base + t - 1].float().mean(1)  # [B, t-1]: mean over heads
             if att_max is None:
-                att_max = torch.zeros((B, rows.shape[1], max_new_tokens), device=device)
-            upd = torch.maximum(att_max[:, :, : t - 1], rows)
-            att_max[:, :, : t - 1] = torch.where(active[:, None, None], upd, att_max[:, :, : t - 1])
+                att_max = torch.zeros((B, max_new_tokens), device=device)
+            upd = torch.maximum(att_max[:, : t - 1], rows)
+            att_max[:, : t - 1] = torch.where(active[:, None], upd, att_max[:, : t - 1])
         logits = out.logits[:, -1, :].float()
         logp = torch.log_softmax(logits, dim=-1)
         pick = logits
@@ -230,7 +232,6 @@ def generate_steps(
     results: list[StepOutput] = []
     keys = [(layer.keys, layer.values) for layer in cache.layers]
     hall = torch.stack(hids, 0) if hids else None  # [T, B, L+1, d]
-    att_mean = att_max.mean(1) if att_max is not None else None  # [B, max_new_tokens]: mean over heads
     for b in range(B):
         real = mask[b].nonzero().squeeze(1)
         new_ids = states[b].ids + gen[b]
@@ -257,7 +258,7 @@ def generate_steps(
         attn = None
         if capture_attentions:
             n_content = n - 1 if finished[b] else n
-            attn = (att_mean[b, start:n_content].cpu().numpy().astype(np.float32) if att_mean is not None
+            attn = (att_max[b, start:n_content].cpu().numpy().astype(np.float32) if att_max is not None
                     else np.zeros(max(n_content - start, 0), dtype=np.float32))
         results.append(StepOutput(
             ids=gen[b], header_len=header_len,

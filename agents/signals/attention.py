@@ -3,8 +3,10 @@
 For content token ``i`` of a step with ``n`` content tokens:
 
 * ``a_i`` — the last-layer attention the token *receives*: for the sequence position ``p_i`` holding the
-  token as input, ``max_{q > p_i} mean_heads A[q, p_i]`` (rows = queries, columns = keys); a token with no
-  later query receives 0. A backend stores these raw values in ``step.meta["attn_received"]`` (length
+  token as input, ``max_{q > p_i} mean_heads A[q, p_i]`` (rows = queries, columns = keys; DRAGIN's order: the
+  mean over heads first, then the max over later queries); a token with no later query receives 0. The
+  generation pass computes the same quantity over the queries it feeds (:mod:`agents.reasoners.stepgen`:
+  the step's later tokens, not its end token) — one definition, tested equal. A backend stores these raw values in ``step.meta["attn_received"]`` (length
   ``n``), e.g. computed with :func:`attention_received` from an eager-attention forward pass.
 * ``ā_i = a_i / Σ_j a_j`` (normalised in the step; uniform ``1/n`` if every ``a_i`` is 0);
 * ``H_i`` — entropy of the predictive distribution that generated the token (``step.entropies[i]``);

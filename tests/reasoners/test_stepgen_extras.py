@@ -27,7 +27,7 @@ def _ref_attention(model, prompt, out):
     for i in range(out.header_len, n_content):
         later = [len(prompt) + j for j in range(i + 1, fed)]
         col = len(prompt) + i
-        vals.append(att[:, later, col].max(dim=1).values.mean().item() if later else 0.0)
+        vals.append(att[:, later, col].mean(dim=0).max().item() if later else 0.0)  # DRAGIN: head mean, then max
     return np.asarray(vals)
 
 
@@ -64,10 +64,19 @@ def test_attention_received_matches_a_separate_eager_pass(eager_model):
     outs = _gen(eager_model, [GenState(p) for p in PROMPTS], capture_attentions=True, max_new_tokens=10,
                 header_fn=lambda ids: 1)
     assert any(len(o.attn_received) >= 3 for o in outs)
+    from agents.signals.attention import attention_received
+
     for p, o in zip(PROMPTS, outs):
         np.testing.assert_allclose(o.attn_received, _ref_attention(eager_model, p, o), atol=1e-5)
         if len(o.attn_received):
             assert o.attn_received[-1] == 0.0  # the last content token: no later fed position
+        # one definition: the signal module's attention_received over the positions this pass fed
+        fed = len(p) + len(o.ids) - 1  # positions fed as queries: 0 … fed-1 (the last generated token is not)
+        att = eager_model(torch.tensor([p + o.ids]), output_attentions=True).attentions[-1][0].clone()
+        att[:, fed:, :] = 0.0
+        n_content = len(o.ids) - 1 if o.finished else len(o.ids)
+        positions = [len(p) + i for i in range(o.header_len, n_content)]
+        np.testing.assert_allclose(o.attn_received, attention_received(att.detach().numpy(), positions), atol=1e-5)
 
 
 def test_attention_from_a_cached_prefix_and_batched_equals_unbatched(eager_model):
