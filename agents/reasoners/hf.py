@@ -386,6 +386,9 @@ class HFReasoner:
         meta: dict[str, Any] = {"header_tokens": out.header_len, "blank_tokens": blank_tokens}
         if out.attn_received is not None:
             meta["attn_received"] = out.attn_received
+            # the text of each content token (the ones attn_received covers): DRAGIN's content-word filter reads it
+            ids = out.ids[out.header_len: out.header_len + len(out.attn_received)]
+            meta["token_texts"] = [self.tok.decode([i]) for i in ids]
         step = Step(index=state.n_steps + 1, text=text, content=content, is_answer=is_answer,
                     token_ids=list(out.ids), logprobs=out.logprobs, entropies=out.entropies,
                     maxprobs=out.maxprobs, hidden_mean=out.hidden_mean, hidden_last=out.hidden_last,

@@ -1,5 +1,9 @@
 """DRAGIN's RIND (DESIGN §4): token importance × uncertainty × step length; needs attentions.
 
+Deviation from DRAGIN, named in the benchmark rows (``DRAGIN[no QFS]``): the trigger is RIND as published, but
+the query is the env's query mode (the step text by default), not DRAGIN's QFS (the top attention-weighted
+content words of the question and the generated text) — not implemented.
+
 For content token ``i`` of a step with ``n`` content tokens:
 
 * ``a_i`` — the last-layer attention the token *receives*: for the sequence position ``p_i`` holding the
@@ -10,7 +14,12 @@ For content token ``i`` of a step with ``n`` content tokens:
   ``n``), e.g. computed with :func:`attention_received` from an eager-attention forward pass.
 * ``ā_i = a_i / Σ_j a_j`` (normalised in the step; uniform ``1/n`` if every ``a_i`` is 0);
 * ``H_i`` — entropy of the predictive distribution that generated the token (``step.entropies[i]``);
-* ``s_i = ā_i · H_i · n``; the signal is ``max_i s_i`` (DRAGIN fires when it exceeds θ).
+* ``s_i = ā_i · H_i · n``; the signal is ``max_i s_i`` over the step's **content words** (DRAGIN fires when it
+  exceeds θ). As in DRAGIN, only tokens of nouns, proper nouns, adjectives, verbs and numbers are scored (Penn tags
+  NN*, JJ*, VB*, CD from the offline tagger of :mod:`agents.query`; auxiliaries such as "is" do not count; without
+  a tagger, every word outside the function-word list); a word's sub-word tokens share its tag. The backend gives
+  the tokens' text in ``step.meta["token_texts"]`` (a token beginning with whitespace starts a word); without it
+  every token is scored. A step with no content word scores 0.
 
 Example:
     >>> import numpy as np
@@ -78,4 +87,40 @@ class RIND(SignalBase):
         a = step.meta.get("attn_received")
         if a is None or step.entropies is None:
             raise SignalUnavailable(f"step {step.index} has no attn_received / entropies for RIND")
-        return np.array([rind_scores(a, step.entropies).max()], dtype=np.float32)
+        s = rind_scores(a, step.entropies)
+        texts = step.meta.get("token_texts")
+        if texts is not None:
+            keep = content_token_mask(texts)
+            return np.array([s[keep].max() if keep.any() else 0.0], dtype=np.float32)
+        return np.array([s.max()], dtype=np.float32)
+
+
+#: Penn tags of the words DRAGIN scores (NOUN, PROPN, ADJ, VERB, NUM)
+DRAGIN_TAGS = ("NN", "JJ", "VB", "CD")
+
+
+def content_token_mask(token_texts: list[str]) -> np.ndarray:
+    """Which tokens belong to a content word (DRAGIN's filter): tokens are grouped into words (a token that begins
+    with whitespace, or follows one that is punctuation, starts a new word), the words tagged, and every token of a
+    noun / adjective / verb (not an auxiliary) / number kept."""
+    import re
+
+    from agents.query import AUXILIARIES, FUNCTION_WORDS, pos_tag
+
+    word_of, words_ = [], []
+    for t in token_texts:
+        starts = not words_ or t[:1].isspace() or not re.search(r"\w", words_[-1][-1:] or " ") \
+            or not re.search(r"\w", t[:1] or " ")
+        if starts:
+            words_.append(t.strip())
+        else:
+            words_[-1] += t.strip()
+        word_of.append(len(words_) - 1)
+    words_ = [w or "_" for w in words_]
+    tagged = pos_tag(" ".join(words_))
+    if tagged is not None and len(tagged) == len(words_):
+        keep_word = [(t.startswith(DRAGIN_TAGS) and w.lower() not in AUXILIARIES and bool(re.search(r"\w", w)))
+                     or bool(re.fullmatch(r"\d[\d.,]*", w)) for w, t in tagged]  # numbers: the lexicon misses some
+    else:  # no tagger (or it split the words differently): every word outside the function-word list
+        keep_word = [bool(re.search(r"\w", w)) and w.lower() not in FUNCTION_WORDS for w in words_]
+    return np.array([keep_word[i] for i in word_of], dtype=bool)

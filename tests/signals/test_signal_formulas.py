@@ -178,6 +178,22 @@ def test_attention_received_and_rind_hand_computed():
         RIND()(_step(entropies=np.ones(2)))
 
 
+def test_rind_scores_only_content_words_as_dragin():
+    from agents.signals.attention import content_token_mask
+
+    toks = [" Paris", " is", " the", " capital", " of", " France", ".", " It", " has", " 2", " mill", "ion", " people"]
+    keep = content_token_mask(toks)
+    assert [t for t, k in zip(toks, keep) if k] == [" Paris", " capital", " France", " 2", " mill", "ion", " people"]
+    # the function word " is" has the highest raw score; DRAGIN's filter skips it
+    a = np.array([0.1, 0.9, 0.1, 0.2])
+    step = _step(entropies=np.array([1.0, 3.0, 1.0, 1.0, 0.0]),
+                 meta={"attn_received": a, "token_texts": [" Paris", " is", " the", " capital"]})
+    s = rind_scores(a, step.entropies)
+    assert s.argmax() == 1 and RIND()(step)[0] == pytest.approx(max(s[0], s[3]))
+    only_function = _step(entropies=np.ones(3), meta={"attn_received": np.ones(2), "token_texts": [" the", " of"]})
+    assert RIND()(only_function)[0] == 0.0
+
+
 def test_micro_sample_states_from_a_generation_pass():
     from types import SimpleNamespace
 
