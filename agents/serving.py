@@ -17,11 +17,16 @@ def kill_all(handles: list) -> None:
         ray.kill(h, no_restart=True)
 
 
+#: handles of the replicas this process started, by service name (keeps them alive; :func:`stop_replicas` ends them)
+OWNED: dict[str, list] = {}
+
+
 def start_replicas(cls: type, name: str, n: int, args: tuple, options: dict[str, Any], timeout_s: float,
-                   what: str) -> tuple[list, list[dict]]:
+                   what: str) -> tuple[dict, list[dict]]:
     """``n`` actors of ``cls`` named ``<name>/<i>``, each built with ``args`` and Ray ``options``; waits until every
-    one answers ``info()`` and returns ``(handles, infos)``. Raises (after killing them) when one is not placed within
-    ``timeout_s`` — naming the resources it asked for and the cluster's — or when one fails to start."""
+    one answers ``info()`` and returns ``(spec, infos)`` — the spec (``{name, namespace, replicas}``) is what envs
+    take to connect. Raises (after killing them) when one is not placed within ``timeout_s`` — naming the resources
+    it asked for and the cluster's — or when one fails to start. This process owns them (:data:`OWNED`)."""
     import ray
 
     handles = [ray.remote(cls).options(name=f"{name}/{i}", namespace=NAMESPACE, **options).remote(*args)
@@ -39,7 +44,13 @@ def start_replicas(cls: type, name: str, n: int, args: tuple, options: dict[str,
     except ray.exceptions.RayActorError as e:  # the replica's own error (e.g. a missing model or index)
         kill_all(handles)
         raise RuntimeError(f"{what} '{name}' could not start: {str(e).strip().splitlines()[-1]}") from None
-    return handles, infos
+    OWNED[name] = handles
+    return {"name": name, "namespace": NAMESPACE, "replicas": n}, infos
+
+
+def stop_replicas(spec: dict, lookup) -> None:
+    """End a service's replicas (those this process started, else the ones ``lookup(spec)`` finds)."""
+    kill_all(OWNED.pop(spec["name"], None) or lookup(spec))
 
 
 def lookup_replicas(spec: dict, what: str, how_to_start: str) -> list:

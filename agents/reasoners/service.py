@@ -52,7 +52,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from agents.reasoners.base import Capabilities, Step
-from agents.serving import NAMESPACE, kill_all, lookup_replicas, start_replicas
+from agents.serving import lookup_replicas, start_replicas, stop_replicas
 from envs.config import ConfigBase, ConfigError, helpf
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ class ReasonerServiceConfig(ConfigBase):
     max_batch: int = helpf(64, "a replica runs one generation call once this many states wait")
     max_wait_ms: float = helpf(50.0, "... or once the oldest waiting request is this old (ms); it runs at once when "
                                      "every active client (one that sent a request lately) has a request waiting")
-    num_cpus: float = helpf(1.0, "CPUs a replica reserves")
+    num_cpus: float = helpf(1.0, "CPUs a replica reserves (and its torch threads)")
     num_gpus: float = helpf(0.0, "GPUs a replica reserves (> 0 places it on a GPU node)")
     resources: dict[str, float] = helpf({}, "custom resources a replica reserves, e.g. {reasoner_node: 1} "
                                             "(it then runs only on nodes started with that resource)")
@@ -77,8 +77,9 @@ class ReasonerServiceConfig(ConfigBase):
     features_on_service: bool = helpf(True, "compute the signals that read the model's internals (PUlSE, content "
                                             "fields, hidden-state probes) in the replica and send the step without "
                                             "its per-layer hidden states; false: the arrays travel, the env computes")
-    live_states: int = helpf(512, "after-states a replica keeps live (with their KV cache) for the request that "
-                                  "continues them; older ones are rebuilt from their snapshot")
+    live_states: int = helpf(256, "after-states a replica keeps live (with their KV cache) for the request that "
+                                  "continues them; older ones are rebuilt from their snapshot. Memory: each holds its "
+                                  "KV cache — size it to the episodes in flight (runners × envs × 2) for a big model")
     max_restarts: int = helpf(-1, "restarts of a replica that died (-1: always); its in-flight calls are retried")
     start_timeout_s: float = helpf(300.0, "how long the driver waits for every replica to load its model")
 
@@ -127,10 +128,10 @@ class ReasonerReplica:
     """One model copy behind a batching queue (a Ray actor: :func:`start_service` creates them)."""
 
     def __init__(self, env_config: dict, max_batch: int, max_wait_ms: float, live_states: int,
-                 active_s: float = 1.0, features: bool = True):
+                 active_s: float = 1.0, features: bool = True, threads: int = 1):
         import torch
 
-        torch.set_num_threads(1)
+        torch.set_num_threads(threads)  # the CPUs it reserved
         from envs.components import build_reasoner
         from envs.env_config import EnvConfig
 
@@ -292,20 +293,16 @@ def start_service(env_config: dict, cfg: ReasonerServiceConfig | dict | None = N
 
     EnvConfig.from_dict({k: v for k, v in env_config.items() if k != "reasoner_service"})  # errors here, not remote
     name = name or f"reasoner-{uuid.uuid4().hex[:8]}"
-    handles, infos = start_replicas(
+    spec, infos = start_replicas(
         ReasonerReplica, name, cfg.replicas,
-        (dict(env_config), cfg.max_batch, cfg.max_wait_ms, cfg.live_states, cfg.active_s, cfg.features_on_service),
+        (dict(env_config), cfg.max_batch, cfg.max_wait_ms, cfg.live_states, cfg.active_s, cfg.features_on_service,
+         max(1, int(cfg.num_cpus))),
         {"num_cpus": cfg.num_cpus, "num_gpus": cfg.num_gpus, "resources": dict(cfg.resources) or None,
          "max_restarts": cfg.max_restarts, "max_task_retries": -1, "max_concurrency": 1000},
         cfg.start_timeout_s, "reasoner service")
     for i, info in enumerate(infos):
         log.info("reasoner service %s/%d: pid %s on node %s", name, i, info["pid"], info["node_id"][:12])
-    _OWNED[name] = handles
-    return {"name": name, "namespace": NAMESPACE, "replicas": cfg.replicas}
-
-
-#: handles of the services this process started (keeps them alive; :func:`stop_service` ends them)
-_OWNED: dict[str, list] = {}
+    return spec
 
 
 def replica_handles(spec: dict) -> list:
@@ -324,7 +321,7 @@ def service_stats(spec: dict) -> list[dict]:
 
 def stop_service(spec: dict) -> None:
     """End a service's replicas."""
-    kill_all(_OWNED.pop(spec["name"], None) or replica_handles(spec))
+    stop_replicas(spec, replica_handles)
 
 
 # ---------------------------------------------------------------------------------------------- the client

@@ -18,7 +18,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from agents.serving import NAMESPACE, kill_all, lookup_replicas, start_replicas
+from agents.serving import lookup_replicas, start_replicas, stop_replicas
 from envs.config import ConfigBase, ConfigError, helpf
 
 
@@ -71,14 +71,10 @@ def start_retriever_service(env_config: dict, cfg: RetrieverServiceConfig | dict
 
     cfg = cfg if isinstance(cfg, RetrieverServiceConfig) else RetrieverServiceConfig.from_dict(cfg or {})
     name = f"retriever-{uuid.uuid4().hex[:8]}"
-    handles, _ = start_replicas(RetrieverServer, name, cfg.replicas, (dict(env_config),),
-                                {"num_cpus": cfg.num_cpus, "resources": dict(cfg.resources) or None,
-                                 "max_restarts": -1, "max_task_retries": -1}, cfg.start_timeout_s, "retriever service")
-    _OWNED[name] = handles
-    return {"name": name, "namespace": NAMESPACE, "replicas": cfg.replicas}
-
-
-_OWNED: dict[str, list] = {}
+    spec, _ = start_replicas(RetrieverServer, name, cfg.replicas, (dict(env_config),),
+                             {"num_cpus": cfg.num_cpus, "resources": dict(cfg.resources) or None,
+                              "max_restarts": -1, "max_task_retries": -1}, cfg.start_timeout_s, "retriever service")
+    return spec
 
 
 def _handles(spec: dict) -> list:
@@ -88,7 +84,7 @@ def _handles(spec: dict) -> list:
 
 
 def stop_retriever_service(spec: dict) -> None:
-    kill_all(_OWNED.pop(spec["name"], None) or _handles(spec))
+    stop_replicas(spec, _handles)
 
 
 class ServedRetriever:

@@ -1,6 +1,7 @@
 """The `ray job submit` path: scripts/ray_job_smoke.sh starts a local head, submits a short training job,
 checks it succeeded and exported a policy, and stops the cluster (slow; CI runs it with the suite)."""
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -27,6 +28,6 @@ def test_ray_job_submit_on_a_simulated_multinode_cluster_with_a_shared_reasoner(
     on the reasoner node, the two EnvRunners elsewhere, and the job trains through the service."""
     r = subprocess.run(["bash", str(REPO / "scripts" / "ray_job_smoke.sh"), "--multinode", str(tmp_path / "multi")],
                        capture_output=True, text=True, timeout=900, cwd=REPO,
-                       env={**__import__("os").environ, "RAY_SMOKE_PORT_BASE": "27391"})
+                       env={**os.environ, "RAY_SMOKE_PORT_BASE": "27391"})  # its own ports
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
     assert "placement: replica pid" in r.stdout and "ray_job_smoke: OK" in r.stdout
