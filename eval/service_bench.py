@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--runners", type=int, nargs="+", default=[1, 2, 4], help="EnvRunner counts")
     p.add_argument("--envs", type=int, default=16, help="env copies per runner")
     p.add_argument("--episodes", type=int, default=48, help="episodes per runner")
-    p.add_argument("--max-wait-ms", type=float, default=50.0, help="the replica's longest batching wait")
+    p.add_argument("--max-wait-ms", type=float, default=200.0, help="the replica's longest batching wait")
     p.add_argument("--sizing-batches", type=int, nargs="*", default=[1, 4, 16, 64],
                    help="batch sizes of the one-replica sizing sweep (empty: skip)")
     p.add_argument("--cache-runners", type=int, default=4,

@@ -65,7 +65,7 @@ class ReasonerServiceConfig(ConfigBase):
 
     replicas: int = helpf(1, "reasoner replicas (Ray actors), each holding one model copy")
     max_batch: int = helpf(64, "a replica runs one generation call once this many states wait")
-    max_wait_ms: float = helpf(50.0, "... or once the oldest waiting request is this old (ms); it runs at once when "
+    max_wait_ms: float = helpf(200.0, "... or once the oldest waiting request is this old (ms); it runs at once when "
                                      "every active client (one that sent a request lately) has a request waiting")
     num_cpus: float = helpf(1.0, "CPUs a replica reserves (and its torch threads)")
     num_gpus: float = helpf(0.0, "GPUs a replica reserves (> 0 places it on a GPU node)")
