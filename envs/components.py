@@ -285,7 +285,7 @@ def build_reasoner(config: EnvConfig, world: Any = None):
             if why:
                 raise ValueError(f"EnvConfig.reasoner_service: {opt} is not served ({why} in the env's process, "
                                  "next to the model); drop it or run without the service")
-        from agents.reasoners.service import connect
+        from envs.served import connect
 
         return connect(config.reasoner_service)
     if config.reasoner == "micro":
@@ -324,7 +324,7 @@ def model_facts(reasoner) -> tuple[int, int]:
 def model_side_signals(config: EnvConfig, reasoner) -> tuple[Any, dict[str, Any]]:
     """``(extractor, probes)`` of the signals of an env of ``config`` that read the model's internals, built as the
     env builds them: what a reasoner service computes next to the model, so a step travels with its features and
-    without its per-layer hidden states (:mod:`agents.reasoners.service`)."""
+    without its per-layer hidden states (:mod:`envs.services`)."""
     n_layers, hidden = model_facts(reasoner)
     if config.reasoner == "micro":
         from envs.microworld.artifact import world_model_id
@@ -402,7 +402,7 @@ def env_retriever(config: EnvConfig, corpus=None):
     """The env's retriever: a client of the running service ``retriever_service`` names, else the index over the
     task's corpus (``corpus``, or the one the config names: :func:`env_corpus`) in this process."""
     if config.retriever_service is not None:
-        from agents.retrievers.service import ServedRetriever
+        from envs.served import ServedRetriever
 
         return ServedRetriever(config.retriever_service)
     return task_retriever(config, corpus if corpus is not None else env_corpus(config))

@@ -74,11 +74,11 @@ class EnvConfig(ConfigBase):
                                             "sets it from TrainConfig.cache_service): records are read and written "
                                             "through it instead of the file; never part of the cache namespace")
     retriever_service: dict | None = helpf(None, "a running retriever service, {name, namespace, replicas} as "
-                                                "agents.retrievers.service.start_retriever_service returns it (the "
+                                                "envs.services.start_retriever_service returns it (the "
                                                 "training driver sets it from TrainConfig.retriever_service): the "
                                                 "env's searches go to it; never part of the cache namespace")
     reasoner_service: dict | None = helpf(None, "a running reasoner service, {name, namespace, replicas} as "
-                                               "agents.reasoners.service.start_service returns it (the training "
+                                               "envs.services.start_service returns it (the training "
                                                "driver sets it from TrainConfig.reasoner_service): the env's reasoner "
                                                "is a client of it, no model in the env's process; unset: the env "
                                                "builds its own reasoner. Never part of the cache namespace")
@@ -99,11 +99,11 @@ class EnvConfig(ConfigBase):
 
             check_cache_spec(self.cache_service)
         if self.retriever_service is not None:
-            from agents.retrievers.service import check_retriever_spec
+            from envs.serving import check_retriever_spec
 
             check_retriever_spec(self.retriever_service)
         if self.reasoner_service is not None:
-            from agents.reasoners.service import check_spec
+            from envs.serving import check_spec
 
             check_spec(self.reasoner_service)
         if not self.query_modes:

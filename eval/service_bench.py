@@ -3,7 +3,7 @@
 For each EnvRunner count R (default 1, 2, 4) it starts R runner actors of ``--envs`` env copies each and plays
 ``--episodes`` episodes per runner under a seeded random policy (retrieve with probability 0.3), twice: (a) every
 runner builds its own reasoner (today's default), (b) every runner is a client of ONE replica of
-:mod:`agents.reasoners.service`. Per configuration: episodes/s, generated tokens/s, the mean generation batch (the
+:mod:`envs.services`. Per configuration: episodes/s, generated tokens/s, the mean generation batch (the
 states one model call serves: a runner's own calls in (a), the replica's in (b)), episodes per CPU-second (the
 runners' and replicas' own CPU time), the model copies, and the peak resident memory of every process. Then one
 replica alone, fed batches of 1 … 64 fresh questions: states/s and tokens/s at each batch size — what a user needs
@@ -137,7 +137,8 @@ def run_config(env_config: dict, runners: int, n_envs: int, episodes: int, share
     """One configuration: R runners, per-runner reasoners (``shared=False``) or one shared replica."""
     import ray
 
-    from agents.reasoners.service import ReasonerServiceConfig, service_stats, start_service, stop_service
+    from envs.served import service_stats
+    from envs.services import ReasonerServiceConfig, start_service, stop_service
 
     spec = None
     if shared:
@@ -211,9 +212,10 @@ def sizing(env_config: dict, batches: list[int]) -> list[dict]:
     """One replica alone: states/s and tokens/s of a first step for fresh questions at each batch size."""
     import ray
 
-    from agents.reasoners.service import ReasonerServiceConfig, replica_handles, start_service, stop_service
     from envs.components import build_components
     from envs.env_config import EnvConfig
+    from envs.served import replica_handles
+    from envs.services import ReasonerServiceConfig, start_service, stop_service
 
     comps = build_components(EnvConfig.from_dict(env_config))
     texts = [comps.question_text(q) for q in comps.questions[: max(batches) * 3]]
@@ -242,9 +244,10 @@ def step_bytes(env_config: dict, n: int = 16) -> dict[str, float]:
 
     import ray
 
-    from agents.reasoners.service import ReasonerServiceConfig, replica_handles, start_service, stop_service
     from envs.components import build_components
     from envs.env_config import EnvConfig
+    from envs.served import replica_handles
+    from envs.services import ReasonerServiceConfig, start_service, stop_service
 
     comps = build_components(EnvConfig.from_dict(env_config))
     reqs = [(None, None, (("start", comps.question_text(q), ()),)) for q in comps.questions[:n]]

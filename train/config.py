@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agents.reasoners.service import ReasonerServiceConfig
-from agents.retrievers.service import RetrieverServiceConfig
 from envs.config import ConfigBase, ConfigError, helpf
+from envs.serving import ReasonerServiceConfig, RetrieverServiceConfig
 from train.curriculum import ScheduleConfig
 from train.warmstart import WarmStartOptions
 
@@ -125,12 +124,12 @@ class TrainConfig(ConfigBase):
                                        "(envs.cache_service); false: each EnvRunner opens the SQLite file itself "
                                        "(fine on one machine, never over a network file system)")
     retriever_service: RetrieverServiceConfig | None = field(
-        default=None, metadata={"help": "serve the env's retriever from Ray actors (agents.retrievers.service: "
+        default=None, metadata={"help": "serve the env's retriever from Ray actors (envs.services: "
                                         "replicas, num_cpus, resources); null: every EnvRunner loads the index "
                                         "(a prebuilt BM25 index is memory-mapped: one copy per node)"})
     reasoner_service: ReasonerServiceConfig | None = field(
         default=None, metadata={"help": "one shared, batching reasoner service for every EnvRunner "
-                                        "(agents.reasoners.service: replicas, max_batch, max_wait_ms, num_cpus, "
+                                        "(envs.services: replicas, max_batch, max_wait_ms, num_cpus, "
                                         "num_gpus, resources); null: every EnvRunner builds its own reasoner"})
 
     def validate(self) -> None:

@@ -457,12 +457,12 @@ def start_services(cfg: TrainConfig) -> dict[str, dict]:
     from envs.registration import PRESETS
 
     if cfg.retriever_service is not None:
-        from agents.retrievers.service import start_retriever_service
+        from envs.services import start_retriever_service
 
         out["retriever_service"] = start_retriever_service({**PRESETS[cfg.env], **cfg.env_config},
                                                            cfg.retriever_service)
     if cfg.reasoner_service is not None:
-        from agents.reasoners.service import start_service
+        from envs.services import start_service
 
         out["reasoner_service"] = start_service({**PRESETS[cfg.env], **cfg.env_config}, cfg.reasoner_service)
     return out
@@ -470,11 +470,11 @@ def start_services(cfg: TrainConfig) -> dict[str, dict]:
 
 def stop_services(services: dict[str, dict]) -> None:
     if "reasoner_service" in services:
-        from agents.reasoners.service import stop_service
+        from envs.services import stop_service
 
         stop_service(services["reasoner_service"])
     if "retriever_service" in services:
-        from agents.retrievers.service import stop_retriever_service
+        from envs.services import stop_retriever_service
 
         stop_retriever_service(services["retriever_service"])
     if "cache_service" in services:
@@ -488,7 +488,7 @@ def placement(algo, service: dict) -> dict[str, Any]:
     node of every remote EnvRunner — so a cluster user can check the replicas landed on the nodes they asked for."""
     import ray
 
-    from agents.reasoners.service import replica_handles, service_stats
+    from envs.served import replica_handles, service_stats
 
     infos = ray.get([h.info.remote() for h in replica_handles(service)])
     stats = service_stats(service)

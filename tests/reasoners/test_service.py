@@ -1,7 +1,7 @@
-"""The shared reasoner service (agents.reasoners.service): a served env produces the records of a local one, the
+"""The shared reasoner service (envs.services): a served env produces the records of a local one, the
 replica batches the requests of several callers into one generation call, a replica that dies is restarted and
-the run goes on with the same results, bad specs and unplaceable replicas are clear errors, and training through
-the service learns what training without it learns (slow)."""
+the run goes on with the same results, bad specs and unplaceable replicas are clear errors, and (slow) training
+through the service — with its EnvRunner and replica killed mid-run — learns what training without it learns."""
 
 from __future__ import annotations
 
@@ -13,15 +13,9 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from agents.reasoners.service import (  # noqa: E402
-    ReasonerServiceConfig,
-    ServedReasoner,
-    replica_handles,
-    service_stats,
-    start_service,
-    stop_service,
-)
 from envs.config import ConfigError  # noqa: E402
+from envs.served import ServedReasoner, replica_handles, service_stats  # noqa: E402
+from envs.services import ReasonerServiceConfig, start_service, stop_service  # noqa: E402
 from envs.vector import make_batched  # noqa: E402
 
 
@@ -159,38 +153,12 @@ def test_train_config_refuses_a_service_for_a_custom_env():
 
 
 @pytest.mark.slow
-def test_training_through_the_service_learns_what_training_without_it_learns(ray_local, cfg, tmp_path):
-    """Same seed, with and without the service: the same per-iteration metrics and the same cache contents."""
-    import sqlite3
-
-    from train.config import TrainConfig
-    from train.run import train
-
-    def run(name, service):
-        c = {"name": name, "out_dir": str(tmp_path / name), "iterations": 2, "num_env_runners": 1,
-             "num_envs_per_env_runner": 4, "checkpoint_every": 2, "warmstart": {"enabled": False},
-             "algo": {"episodes_per_batch": 8}, "model": {"d_model": 16, "ff_dim": 32, "content_dim": 0},
-             "env_config": {**cfg, "split": "train", "max_questions": 16,
-                            "cache_path": str(tmp_path / f"{name}.sqlite")},
-             **({"reasoner_service": {"replicas": 1, "max_wait_ms": 2.0}} if service else {})}
-        train(TrainConfig.from_dict(c), show_progress=False)
-        rows = [json.loads(x) for x in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
-        with sqlite3.connect(tmp_path / f"{name}.sqlite") as db:
-            keys = sorted(k for (k,) in db.execute("SELECT key FROM steps"))
-        return rows, keys
-
-    (a, ka), (b, kb) = run("local", False), run("served", True)
-    assert ka == kb and len(ka) > 0
-    for ra, rb in zip(a, b):
-        assert ra["iteration"] == rb["iteration"]
-        for k in ("episode_return", "quality", "retrievals_per_episode", "policy_loss", "total_loss"):
-            assert ra[k] == pytest.approx(rb[k], abs=1e-6), k
-
-
-@pytest.mark.slow
-def test_training_survives_a_killed_env_runner_and_a_killed_replica(ray_local, cfg, tmp_path):
-    """Mid-training, the EnvRunner process and the reasoner replica are killed (SIGKILL): RLlib restarts the runner,
-    Ray the replica; every iteration is logged exactly once and the cache keeps every record committed before."""
+def test_training_through_the_service_survives_kills_and_learns_what_training_without_it_learns(ray_local, cfg,
+                                                                                                 tmp_path):
+    """Training through the service, with the EnvRunner process and the reasoner replica killed (SIGKILL) after
+    iteration 1: RLlib restarts the runner, Ray the replica; every iteration is logged exactly once, the cache keeps
+    every record committed before — and the run equals one WITHOUT the service and without faults (same seed): the
+    same per-iteration metrics and the same trajectory-cache keys."""
     import signal
     import sqlite3
 
@@ -227,14 +195,23 @@ def test_training_survives_a_killed_env_runner_and_a_killed_replica(ray_local, c
     assert count() >= killed["records"] > 0
     (rep,) = summary["reasoner_service"]["replicas"]
     assert rep["pid"] != killed["ReasonerReplica"]  # the restarted replica served the rest of the run
-    # ... and the run is the one an uninterrupted run produces (same seed, a fresh cache)
-    clean = {**c, "out_dir": str(tmp_path / "clean"),
-             "env_config": {**c["env_config"], "cache_path": str(tmp_path / "clean.sqlite")}}
+    # ... and the run is the one a local, uninterrupted run produces (same seed, a fresh cache, no service)
+    clean = {k: v for k, v in c.items() if k != "reasoner_service"}
+    clean.update(out_dir=str(tmp_path / "clean"),
+                 env_config={**c["env_config"], "cache_path": str(tmp_path / "clean.sqlite")})
     train(TrainConfig.from_dict(clean), show_progress=False)
     ref = [json.loads(x) for x in (tmp_path / "clean" / "metrics.jsonl").read_text().splitlines()]
+    assert len(ref) == len(rows) == 3
     for a, b in zip(rows, ref):
-        for k in ("episode_return", "quality", "retrievals_per_episode", "policy_loss", "env_steps_lifetime"):
+        for k in ("episode_return", "quality", "retrievals_per_episode", "policy_loss", "total_loss",
+                  "env_steps_lifetime"):
             assert a[k] == pytest.approx(b[k], abs=1e-6), (a["iteration"], k)
+
+    def keys(path):
+        with sqlite3.connect(path) as db:
+            return sorted(k for (k,) in db.execute("SELECT key FROM steps"))
+
+    assert keys(cache) == keys(tmp_path / "clean.sqlite")
 
 
 @pytest.mark.slow

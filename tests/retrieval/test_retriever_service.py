@@ -1,4 +1,4 @@
-"""The retriever service (agents.retrievers.service): served search returns what in-process search returns, an env
+"""The retriever service (envs.services): served search returns what in-process search returns, an env
 whose retriever is served produces the records of a local env, and a missing service is a clear error."""
 
 from __future__ import annotations
@@ -8,14 +8,10 @@ import pytest
 
 pytest.importorskip("ray")
 
-from agents.retrievers.service import (  # noqa: E402
-    RetrieverServiceConfig,
-    ServedRetriever,
-    start_retriever_service,
-    stop_retriever_service,
-)
 from envs.components import env_retriever  # noqa: E402
 from envs.env_config import EnvConfig  # noqa: E402
+from envs.served import ServedRetriever  # noqa: E402
+from envs.services import RetrieverServiceConfig, start_retriever_service, stop_retriever_service  # noqa: E402
 from envs.vector import make_batched  # noqa: E402
 
 

@@ -31,7 +31,7 @@ text-only content are computed by the env from the step's text and log-probabili
 Example (a local Ray, the micro-world)::
 
     import ray
-    from agents.reasoners.service import ReasonerServiceConfig, start_service
+    from envs.services import ReasonerServiceConfig, start_service
     ray.init()
     spec = start_service({"task": "microworld"}, ReasonerServiceConfig(replicas=1))
     env = envs.vector.make_batched(16, {"task": "microworld", "reasoner_service": spec})
@@ -47,61 +47,22 @@ import time
 import uuid
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
-from types import SimpleNamespace
+from dataclasses import asdict
 from typing import Any
 
-from agents.reasoners.base import Capabilities, Step
-from agents.serving import lookup_replicas, start_replicas, stop_replicas
-from envs.config import ConfigBase, ConfigError, helpf
+from agents.reasoners.base import Step
+from envs.served import replica_handles, retriever_handles
+from envs.serving import (
+    ReasonerServiceConfig,
+    RetrieverServiceConfig,
+    start_replicas,
+    stop_replicas,
+)
 
 log = logging.getLogger(__name__)
 
-
-
-@dataclass
-class ReasonerServiceConfig(ConfigBase):
-    """A shared reasoner service (``TrainConfig.reasoner_service``; unset: every EnvRunner builds its own)."""
-
-    replicas: int = helpf(1, "reasoner replicas (Ray actors), each holding one model copy")
-    max_batch: int = helpf(64, "a replica runs one generation call once this many states wait")
-    max_wait_ms: float = helpf(200.0, "... or once the oldest waiting request is this old (ms); it runs at once when "
-                                     "every active client (one that sent a request lately) has a request waiting")
-    num_cpus: float = helpf(1.0, "CPUs a replica reserves (and its torch threads)")
-    num_gpus: float = helpf(0.0, "GPUs a replica reserves (> 0 places it on a GPU node)")
-    resources: dict[str, float] = helpf({}, "custom resources a replica reserves, e.g. {reasoner_node: 1} "
-                                            "(it then runs only on nodes started with that resource)")
-    active_s: float = helpf(1.0, "a client that sent a request within this many seconds (or three of its own "
-                                 "intervals between requests) is active: the batcher waits (up to max_wait_ms) for its "
-                                 "next request")
-    features_on_service: bool = helpf(True, "compute the signals that read the model's internals (PUlSE, content "
-                                            "fields, hidden-state probes) in the replica and send the step without "
-                                            "its per-layer hidden states; false: the arrays travel, the env computes")
-    live_states: int = helpf(256, "after-states a replica keeps live (with their KV cache) for the request that "
-                                  "continues them; older ones are rebuilt from their snapshot. Memory: each holds its "
-                                  "KV cache — size it to the episodes in flight (runners × envs × 2) for a big model")
-    max_restarts: int = helpf(-1, "restarts of a replica that died (-1: always); its in-flight calls are retried")
-    start_timeout_s: float = helpf(300.0, "how long the driver waits for every replica to load its model")
-
-    def validate(self) -> None:
-        if self.replicas < 1 or self.max_batch < 1 or self.live_states < 1:
-            raise ConfigError("ReasonerServiceConfig: replicas, max_batch and live_states must be >= 1")
-        if self.max_wait_ms < 0 or self.active_s < 0 or self.num_cpus < 0 or self.num_gpus < 0 or self.start_timeout_s <= 0:
-            raise ConfigError("ReasonerServiceConfig: max_wait_ms, num_cpus and num_gpus must be >= 0, "
-                              "start_timeout_s > 0")
-        bad = {k: v for k, v in self.resources.items() if not isinstance(v, (int, float)) or v <= 0}
-        if bad:
-            raise ConfigError(f"ReasonerServiceConfig.resources: amounts must be positive numbers, got {bad}")
-
-
-def check_spec(spec: Any, where: str = "EnvConfig.reasoner_service") -> dict:
-    """A service spec (what :func:`start_service` returns: ``{name, namespace, replicas}``), checked."""
-    if not isinstance(spec, dict) or set(spec) != {"name", "namespace", "replicas"}:
-        raise ConfigError(f"{where}: expected {{name, namespace, replicas}} as returned by "
-                          f"agents.reasoners.service.start_service, got {spec!r}")
-    if not isinstance(spec["replicas"], int) or spec["replicas"] < 1:
-        raise ConfigError(f"{where}.replicas must be an integer >= 1, got {spec['replicas']!r}")
-    return spec
+__all__ = ["ReasonerReplica", "ReasonerServiceConfig", "RetrieverServer", "RetrieverServiceConfig",
+           "start_retriever_service", "start_service", "stop_retriever_service", "stop_service"]
 
 
 # ---------------------------------------------------------------------------------------------- the replica
@@ -282,7 +243,8 @@ class ReasonerReplica:
 
 
 # ---------------------------------------------------------------------------------------------- the driver
-def start_service(env_config: dict, cfg: ReasonerServiceConfig | dict | None = None, name: str | None = None) -> dict:
+def start_service(env_config: dict, cfg: ReasonerServiceConfig | dict | None = None,
+                  name: str | None = None) -> dict:
     """Start the replicas of a reasoner service for envs of ``env_config`` (Ray must be initialised); returns the
     spec envs take as ``EnvConfig.reasoner_service``. The caller owns the actors: they end with its Ray job (or
     :func:`stop_service`). Waits until every replica has loaded its model; a replica that cannot be placed (no node
@@ -305,124 +267,57 @@ def start_service(env_config: dict, cfg: ReasonerServiceConfig | dict | None = N
     return spec
 
 
-def replica_handles(spec: dict) -> list:
-    """The replicas' actor handles (looked up by name: works in any process of the cluster)."""
-    return lookup_replicas(check_spec(spec), "reasoner service",
-                           "agents.reasoners.service.start_service, or set TrainConfig.reasoner_service and let the "
-                           "training driver start it")
-
-
-def service_stats(spec: dict) -> list[dict]:
-    """Every replica's counters (:meth:`ReasonerReplica.get_stats`)."""
-    import ray
-
-    return ray.get([h.get_stats.remote() for h in replica_handles(spec)])
-
-
 def stop_service(spec: dict) -> None:
     """End a service's replicas."""
     stop_replicas(spec, replica_handles)
 
 
-# ---------------------------------------------------------------------------------------------- the client
-class ServedState:
-    """A client-side state: the snapshot of a state a replica produced (and its key there), plus pending
-    operations. ``before`` is filled in by the call that generated from it (its snapshot after the operations)."""
-
-    __slots__ = ("snap", "key", "replica", "ops", "done", "resolved")
-
-    def __init__(self, snap: dict | None, key: str | None = None, replica: int | None = None, ops: tuple = (),
-                 done: bool = False):
-        self.snap, self.key, self.replica, self.ops, self.done = snap, key, replica, ops, done
-        self.resolved: dict | None = None
-
-    def then(self, op: tuple) -> ServedState:
-        return ServedState(self.snap, self.key, self.replica, self.ops + (op,), False)
+# ---------------------------------------------------------------------------------------------- retrieval
+# Retrieval placement on a cluster: the index in every EnvRunner (default) or in a retriever service.
+#
+# Default: every EnvRunner loads the env's retriever itself. A prebuilt BM25 index (``index_path``) is memory-mapped,
+# so the runners of one node share its pages through the OS page cache — one index in memory per node. ColBERT/PLAID
+# indexes are not memory-mapped (colbert-ai's mmap loader is broken: see :mod:`agents.retrievers.colbert`), so each
+# runner holds a copy; for those, or for a node without the index files, serve it: ``TrainConfig.retriever_service``
+# starts ``replicas`` :class:`RetrieverServer` actors (each loads the index once, on the resources it asks for) and
+# every env's retriever is a :class:`ServedRetriever` whose ``search`` sends the env's batched queries (one call per
+# env phase, all the runner's envs together) to a replica, round robin. Results are the same passages as in-process
+# search (the same index, the same code).
 
 
-class ServedReasoner:
-    """The Reasoner protocol over a running service (what an env builds when ``EnvConfig.reasoner_service`` is set)."""
+class RetrieverServer:
+    """One loaded retriever (a Ray actor: :func:`start_retriever_service` creates them)."""
 
-    def __init__(self, spec: dict):
+    def __init__(self, env_config: dict):
+        from envs.components import env_retriever
+        from envs.env_config import EnvConfig
+
+        self.retriever = env_retriever(EnvConfig.from_dict({k: v for k, v in env_config.items()
+                                                            if k != "retriever_service"}))
+        self.queries = 0
+
+    def search(self, queries: list[str], k: int) -> list:
+        self.queries += len(queries)
+        return self.retriever.search(queries, k=k)
+
+    def info(self) -> dict:
         import ray
 
-        self.spec = check_spec(spec)
-        self.replicas = replica_handles(spec)
-        info = ray.get(self.replicas[0].info.remote())
-        self.capabilities = Capabilities(**info["capabilities"])
-        if info["model_id"] is not None:  # what the env's cache namespace reads (as it would from the backend)
-            self.model_id = info["model_id"]
-        if info["cfg_model"] is not None:  # what reasoner_model_id reads (probes are checked against it)
-            self.cfg = SimpleNamespace(model=info["cfg_model"])
-        self.n_layers, self.hidden_size = info["n_layers"], info["hidden_size"]
-        if not info["answer_prompt"]:
-            self.with_answer_prompt = None  # type: ignore[assignment]  (closing is masked, as for the backend)
-        self._offset = os.getpid() % len(self.replicas)  # runners start filling different replicas
-        self.client_id = uuid.uuid4().hex  # the replicas' batchers wait for the active clients' requests
-
-    # -- cheap operations: written on the state, applied next to the model with the next generation
-    def start(self, question: str, context: list[str] | None = None) -> ServedState:
-        return ServedState(None, ops=(("start", question, tuple(context or ())),))
-
-    def with_evidence(self, state: ServedState, evidence: list[str], mode: str = "step") -> ServedState:
-        if mode not in ("step", "front"):
-            raise ValueError(f"unknown injection mode '{mode}' (valid: front, step)")
-        return state.then(("evidence", tuple(evidence), mode))
-
-    def with_answer_prompt(self, state: ServedState) -> ServedState:
-        return state.then(("answer",))
-
-    def snapshot(self, state: ServedState) -> dict:
-        if not state.ops:
-            return state.snap
-        if state.resolved is None:
-            import ray
-
-            r = self._replica_of(state, {})
-            state.resolved = ray.get(self.replicas[r].resolve.remote(state.key, state.snap, state.ops))
-        return state.resolved
-
-    def restore(self, snap: dict) -> ServedState:
-        return ServedState(snap, done=bool(snap.get("done", False)))
-
-    # -- generation
-    def _replica_of(self, state: ServedState, load: dict[int, int]) -> int:
-        if state.key is not None and state.replica is not None:
-            return state.replica  # sticky: its live state (and KV cache) is there
-        n = len(self.replicas)
-        return min(((self._offset + j) % n for j in range(n)), key=lambda r: load.get(r, 0))
-
-    def next_step(self, states: list[ServedState]) -> list[tuple[Step, ServedState]]:
-        import ray
-
-        groups: dict[int, list[int]] = {}
-        load: dict[int, int] = {}
-        for i, s in enumerate(states):
-            r = self._replica_of(s, load)
-            groups.setdefault(r, []).append(i)
-            load[r] = load.get(r, 0) + 1
-        refs = {r: self.replicas[r].next_step.remote([(states[i].key, states[i].snap, states[i].ops) for i in idx],
-                                                     self.client_id)
-                for r, idx in groups.items()}
-        out: list[Any] = [None] * len(states)
-        for r, res in zip(refs, ray.get(list(refs.values()))):
-            for i, (step, snap, key, done, before) in zip(groups[r], res):
-                if before is not None:
-                    states[i].resolved = before
-                out[i] = (step, ServedState(snap, key, r, (), done))
-        return out
-
-    def regenerate(self, states: list[ServedState], evidence: list[list[str]], mode: str = "step"
-                   ) -> list[tuple[Step, ServedState]]:
-        return self.next_step([self.with_evidence(s, ev, mode) for s, ev in zip(states, evidence)])
-
-    def sample_alternatives(self, state: ServedState, k: int, seed: int = 0) -> list[str]:
-        import ray
-
-        r = self._replica_of(state, {})
-        return ray.get(self.replicas[r].sample_alternatives.remote(state.key, state.snap, state.ops, k, seed))
+        return {"n": len(self.retriever), "describe": self.retriever.describe(), "pid": os.getpid(),
+                "node_id": ray.get_runtime_context().get_node_id(), "queries": self.queries}
 
 
-def connect(spec: dict) -> ServedReasoner:
-    """A client of the service ``spec`` names (:func:`start_service`)."""
-    return ServedReasoner(spec)
+def start_retriever_service(env_config: dict, cfg: RetrieverServiceConfig | dict | None = None) -> dict:
+    """Start the replicas for envs of ``env_config`` (Ray must be initialised); returns the spec envs take as
+    ``EnvConfig.retriever_service``. Errors (no index, a mismatched corpus) surface here, on the driver."""
+
+    cfg = cfg if isinstance(cfg, RetrieverServiceConfig) else RetrieverServiceConfig.from_dict(cfg or {})
+    name = f"retriever-{uuid.uuid4().hex[:8]}"
+    spec, _ = start_replicas(RetrieverServer, name, cfg.replicas, (dict(env_config),),
+                             {"num_cpus": cfg.num_cpus, "resources": dict(cfg.resources) or None,
+                              "max_restarts": -1, "max_task_retries": -1}, cfg.start_timeout_s, "retriever service")
+    return spec
+
+
+def stop_retriever_service(spec: dict) -> None:
+    stop_replicas(spec, retriever_handles)

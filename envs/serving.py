@@ -1,0 +1,133 @@
+"""What the Ray services (the reasoner's, the retriever's) share — their typed configs and specs, and: named replicas started and waited for on the
+driver — a replica that cannot be placed or fails to load is an error there, naming what it asked for — and looked
+up by name from any process of the cluster."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from envs.config import ConfigBase, ConfigError, helpf
+
+#: the Ray namespace service actors are named in (a replica is ``<name>/<index>`` there)
+NAMESPACE = "kairos"
+
+
+def kill_all(handles: list) -> None:
+    import ray
+
+    for h in handles:
+        ray.kill(h, no_restart=True)
+
+
+#: handles of the replicas this process started, by service name (keeps them alive; :func:`stop_replicas` ends them)
+OWNED: dict[str, list] = {}
+
+
+def start_replicas(cls: type, name: str, n: int, args: tuple, options: dict[str, Any], timeout_s: float,
+                   what: str) -> tuple[dict, list[dict]]:
+    """``n`` actors of ``cls`` named ``<name>/<i>``, each built with ``args`` and Ray ``options``; waits until every
+    one answers ``info()`` and returns ``(spec, infos)`` — the spec (``{name, namespace, replicas}``) is what envs
+    take to connect. Raises (after killing them) when one is not placed within ``timeout_s`` — naming the resources
+    it asked for and the cluster's — or when one fails to start. This process owns them (:data:`OWNED`)."""
+    import ray
+
+    handles = [ray.remote(cls).options(name=f"{name}/{i}", namespace=NAMESPACE, **options).remote(*args)
+               for i in range(n)]
+    refs = [h.info.remote() for h in handles]
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+    if len(ready) < len(refs):
+        kill_all(handles)
+        asked = {k: v for k, v in options.items() if k in ("num_cpus", "num_gpus", "resources")}
+        raise RuntimeError(f"{what} '{name}': {len(refs) - len(ready)} of {n} replicas did not start within "
+                           f"{timeout_s:.0f} s — each asks for {asked}; the cluster offers {ray.cluster_resources()} "
+                           f"(free now: {ray.available_resources()})")
+    try:
+        infos = ray.get(refs)
+    except ray.exceptions.RayActorError as e:  # the replica's own error (e.g. a missing model or index)
+        kill_all(handles)
+        raise RuntimeError(f"{what} '{name}' could not start: {str(e).strip().splitlines()[-1]}") from None
+    OWNED[name] = handles
+    return {"name": name, "namespace": NAMESPACE, "replicas": n}, infos
+
+
+def stop_replicas(spec: dict, lookup) -> None:
+    """End a service's replicas (those this process started, else the ones ``lookup(spec)`` finds)."""
+    kill_all(OWNED.pop(spec["name"], None) or lookup(spec))
+
+
+def lookup_replicas(spec: dict, what: str, how_to_start: str) -> list:
+    """The actor handles of a running service's replicas (by name)."""
+    import ray
+
+    try:
+        return [ray.get_actor(f"{spec['name']}/{i}", namespace=spec["namespace"]) for i in range(spec["replicas"])]
+    except ValueError:
+        raise RuntimeError(f"{what} '{spec['name']}' is not running in this Ray cluster (start it with "
+                           f"{how_to_start})") from None
+
+
+@dataclass
+class ReasonerServiceConfig(ConfigBase):
+    """A shared reasoner service (``TrainConfig.reasoner_service``; unset: every EnvRunner builds its own)."""
+
+    replicas: int = helpf(1, "reasoner replicas (Ray actors), each holding one model copy")
+    max_batch: int = helpf(64, "a replica runs one generation call once this many states wait")
+    max_wait_ms: float = helpf(200.0, "... or once the oldest waiting request is this old (ms); it runs at once when "
+                                     "every active client (one that sent a request lately) has a request waiting")
+    num_cpus: float = helpf(1.0, "CPUs a replica reserves (and its torch threads)")
+    num_gpus: float = helpf(0.0, "GPUs a replica reserves (> 0 places it on a GPU node)")
+    resources: dict[str, float] = helpf({}, "custom resources a replica reserves, e.g. {reasoner_node: 1} "
+                                            "(it then runs only on nodes started with that resource)")
+    active_s: float = helpf(1.0, "a client that sent a request within this many seconds (or three of its own "
+                                 "intervals between requests) is active: the batcher waits (up to max_wait_ms) for its "
+                                 "next request")
+    features_on_service: bool = helpf(True, "compute the signals that read the model's internals (PUlSE, content "
+                                            "fields, hidden-state probes) in the replica and send the step without "
+                                            "its per-layer hidden states; false: the arrays travel, the env computes")
+    live_states: int = helpf(256, "after-states a replica keeps live (with their KV cache) for the request that "
+                                  "continues them; older ones are rebuilt from their snapshot. Memory: each holds its "
+                                  "KV cache — size it to the episodes in flight (runners × envs × 2) for a big model")
+    max_restarts: int = helpf(-1, "restarts of a replica that died (-1: always); its in-flight calls are retried")
+    start_timeout_s: float = helpf(300.0, "how long the driver waits for every replica to load its model")
+
+    def validate(self) -> None:
+        if self.replicas < 1 or self.max_batch < 1 or self.live_states < 1:
+            raise ConfigError("ReasonerServiceConfig: replicas, max_batch and live_states must be >= 1")
+        if self.max_wait_ms < 0 or self.active_s < 0 or self.num_cpus < 0 or self.num_gpus < 0 or self.start_timeout_s <= 0:
+            raise ConfigError("ReasonerServiceConfig: max_wait_ms, num_cpus and num_gpus must be >= 0, "
+                              "start_timeout_s > 0")
+        bad = {k: v for k, v in self.resources.items() if not isinstance(v, (int, float)) or v <= 0}
+        if bad:
+            raise ConfigError(f"ReasonerServiceConfig.resources: amounts must be positive numbers, got {bad}")
+
+
+def check_spec(spec: Any, where: str = "EnvConfig.reasoner_service") -> dict:
+    """A service spec (what :func:`start_service` returns: ``{name, namespace, replicas}``), checked."""
+    if not isinstance(spec, dict) or set(spec) != {"name", "namespace", "replicas"}:
+        raise ConfigError(f"{where}: expected {{name, namespace, replicas}} as returned by "
+                          f"envs.services.start_service, got {spec!r}")
+    if not isinstance(spec["replicas"], int) or spec["replicas"] < 1:
+        raise ConfigError(f"{where}.replicas must be an integer >= 1, got {spec['replicas']!r}")
+    return spec
+
+
+@dataclass
+class RetrieverServiceConfig(ConfigBase):
+    """A retriever service (``TrainConfig.retriever_service``; unset: every EnvRunner loads the index itself)."""
+
+    replicas: int = helpf(1, "retriever replicas (Ray actors), each holding the index once")
+    num_cpus: float = helpf(1.0, "CPUs a replica reserves")
+    resources: dict[str, float] = helpf({}, "custom resources a replica reserves (pins it to nodes offering them)")
+    start_timeout_s: float = helpf(300.0, "how long the driver waits for every replica to load its index")
+
+    def validate(self) -> None:
+        if self.replicas < 1 or self.num_cpus < 0 or self.start_timeout_s <= 0:
+            raise ConfigError("RetrieverServiceConfig: replicas must be >= 1, num_cpus >= 0, start_timeout_s > 0")
+
+
+def check_retriever_spec(spec: Any, where: str = "EnvConfig.retriever_service") -> dict:
+    if not isinstance(spec, dict) or set(spec) != {"name", "namespace", "replicas"}:
+        raise ConfigError(f"{where}: expected {{name, namespace, replicas}} as returned by "
+                          f"envs.services.start_retriever_service, got {spec!r}")
+    return spec
