@@ -16,14 +16,13 @@ outcome of a prefix is a pure function of the namespace) and reconnects after ``
 from __future__ import annotations
 
 import logging
-import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
 from envs.config import ConfigError
 from envs.records import RecordFormatError, decode, encode
-from envs.trajectory_cache import TrajectoryCache, TrajectoryCacheError
+from envs.trajectory_cache import TrajectoryCache, TrajectoryCacheError, open_store
 
 log = logging.getLogger(__name__)
 
@@ -36,14 +35,7 @@ class CacheServer:
     def __init__(self, path: str):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self.db = sqlite3.connect(str(self.path), timeout=30, isolation_level=None)
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")
-            self.db.execute("CREATE TABLE IF NOT EXISTS steps (key TEXT PRIMARY KEY, value BLOB NOT NULL)")
-        except sqlite3.DatabaseError as e:
-            raise TrajectoryCacheError(f"trajectory cache {self.path} is not a usable SQLite file ({e}); delete it "
-                                       "to start a fresh cache") from e
+        self.db = open_store(self.path)
         self.stats = {"gets": 0, "hits": 0, "puts": 0}
 
     def get_many(self, keys: list[str]) -> list[bytes | None]:

@@ -44,6 +44,20 @@ class TrajectoryCacheError(ValueError):
     """The cache file cannot be read or written (not SQLite, corrupted, a record that does not decode)."""
 
 
+def open_store(path: Path) -> sqlite3.Connection:
+    """The SQLite store of a trajectory cache (WAL, autocommit, the ``steps`` table), or a
+    :class:`TrajectoryCacheError` naming the file when it is not a usable SQLite file."""
+    try:
+        db = sqlite3.connect(str(path), timeout=30, check_same_thread=False, isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute("CREATE TABLE IF NOT EXISTS steps (key TEXT PRIMARY KEY, value BLOB NOT NULL)")
+    except sqlite3.DatabaseError as e:
+        raise TrajectoryCacheError(f"trajectory cache {path} is not a usable SQLite file ({e}); delete it "
+                                   "to start a fresh cache") from e
+    return db
+
+
 class TrajectoryCache:
     """Key-value store of step records keyed by ``(namespace, question id, action prefix)``.
 
@@ -66,15 +80,7 @@ class TrajectoryCache:
             self._connect()
 
     def _connect(self) -> None:
-        try:
-            db = sqlite3.connect(str(self.path), timeout=30, check_same_thread=False, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.execute("CREATE TABLE IF NOT EXISTS steps (key TEXT PRIMARY KEY, value BLOB NOT NULL)")
-        except sqlite3.DatabaseError as e:
-            raise TrajectoryCacheError(f"trajectory cache {self.path} is not a usable SQLite file ({e}); delete it "
-                                       "to start a fresh cache") from e
-        self._db = db
+        self._db = open_store(self.path)
 
     def __getstate__(self) -> dict[str, Any]:  # picklable for Ray: reconnect on the other side
         d = self.__dict__.copy()
