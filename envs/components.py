@@ -252,6 +252,11 @@ def _namespace(kind: str, identity, config: EnvConfig) -> str:
     # by its content fingerprint (the identity), never by its spec
     defaults = EnvConfig()
     outcome_fields["max_retrievals_per_question"] = defaults.max_retrievals_per_question
+    if "eigen" in config.signals or ("rsus" in config.signals and {"cons", "verb"} & set(config.rsus_components)):
+        # 2: a regenerated step's sampled signals continue from the evidence-conditioned state (before: without it)
+        outcome_fields["state_signals"] = 2
+    if not config.self_refine:  # off (the default): the namespace of runs made before the option existed
+        outcome_fields.pop("self_refine", None)
     if not config.compress_evidence:  # off (the default): the namespace of runs made before the option existed
         outcome_fields.pop("compress_evidence", None)
         outcome_fields.pop("tau_rel", None)
@@ -295,7 +300,8 @@ def build_reasoner(config: EnvConfig, world: Any = None):
             from envs.microworld.artifact import load_artifact
 
             world = load_artifact(config.artifact)
-        return MicroReasoner(world, max_step_tokens=config.max_step_tokens)
+        return MicroReasoner(world, max_step_tokens=config.max_step_tokens,
+                             capture_attentions="rind" in config.signals)  # DRAGIN's RIND: eager attention
     from agents.reasoners.registry import make_reasoner
 
     extra = {}
@@ -465,9 +471,6 @@ def microworld_components(config: EnvConfig) -> Components:
     task = MicroWorldTask(world, config.split, config.fact_holdout or None)
     reasoner = build_reasoner(config, world)
     corpus = world.corpus()
-    if "rind" in config.signals:
-        raise ValueError("EnvConfig.signals 'rind' (DRAGIN) needs attentions, which the micro-world reasoner does "
-                         "not expose")
     retriever = env_retriever(config, corpus)
     querygen = QueryGenerator(list(config.query_modes))
     n_layers = world.model.config.num_hidden_layers

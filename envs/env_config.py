@@ -38,6 +38,9 @@ class EnvConfig(ConfigBase):
     injection: str = helpf("step", "where evidence goes: step (right before the regenerated step) | front")
     compress_evidence: bool = helpf(False, "keep only the evidence sentences the flagged step attends to "
                                     "(relative attention importance >= tau_rel; agents.compression)")
+    self_refine: str | None = helpf(None, "SeaKR's self-aware refinement: 'eigenscore' — after a retrieval, keep "
+                                          "whichever of the original and the evidence-conditioned step has the lower "
+                                          "EigenScore (needs signals 'eigen'); null: the regenerated step stands")
     tau_rel: float = helpf(0.45, "evidence compression: relative importance threshold in [0, 1]")
     query_modes: list[str] = helpf(["step", "content_words", "question_step", "info_need"],
                                    "query formulations QueryGen chooses from (the first is the default)")
@@ -51,8 +54,8 @@ class EnvConfig(ConfigBase):
     costs: dict[str, float] = helpf({"retrieval_calls": 0.1}, "cost name or dotted path -> weight λ")
     cost_params: dict[str, dict] = helpf({}, "cost name -> constructor kwargs")
     signals: list[str] = helpf(["pulse", "output", "rsus"], "observation groups: pulse, output, rsus, coe, eigen (SeaKR EigenScore, "
-                                                                 "micro-world only), rind (DRAGIN, "
-                                                                 "reasoner hf), content (question_embedding, "
+                                                                 "micro-world only), rind (DRAGIN RIND: "
+                                                                 "eager attention; micro or hf), content (question_embedding, "
                                                                  "step_embedding, context_embedding: what the "
                                                                  "step is about, from the generation pass)")
     pulse_layers: list[int] | None = helpf(None, "PUlSE layer interval [a, b] (default: the whole stack)")
@@ -92,6 +95,11 @@ class EnvConfig(ConfigBase):
             raise ConfigError("EnvConfig: top_k and max_steps must be >= 1")
         if not 0.0 <= self.tau_rel <= 1.0:
             raise ConfigError(f"EnvConfig: tau_rel must be in [0, 1], got {self.tau_rel}")
+        if self.self_refine not in (None, "eigenscore"):
+            raise ConfigError(f"EnvConfig: self_refine must be null or 'eigenscore', got {self.self_refine!r}")
+        if self.self_refine and "eigen" not in self.signals:
+            raise ConfigError("EnvConfig: self_refine 'eigenscore' compares the EigenScore of two steps: add 'eigen' "
+                              "to signals")
         if self.max_retrievals_per_step < 1:
             raise ConfigError("EnvConfig: max_retrievals_per_step must be >= 1")
         if self.cache_service is not None:

@@ -5,7 +5,9 @@ One episode = one question; one env step = one decision about the step just gene
 * action ``0`` (or ``(0, m)``): accept the step; the reasoner writes the next one;
 * action ``1`` (or ``(1, m)``): build a query (query mode ``m`` with QueryGen, else the default mode),
   retrieve the top-k, inject the first passage not used before for this question, and regenerate the
-  step. Once the per-step retrieval cap is reached the regenerated step is accepted automatically.
+  step. Once the per-step retrieval cap is reached the regenerated step is accepted automatically. With
+  ``self_refine: eigenscore`` (SeaKR's self-aware refinement) the original step stands instead when its
+  EigenScore is the lower of the two (the retrieval still counts; ``info["refined"]`` says which one stood).
 
 The episode terminates when an accepted step is the final ``Answer`` line, and is truncated after
 ``max_steps`` accepted steps. Reward per decision is ``−Σ λ_c · cost_c``, plus the answer quality at the end.
@@ -199,6 +201,12 @@ def step_batch(envs: list[RetrievalTimingEnv], actions: list[Any]) -> list[tuple
         ep.tokens += rec.n_tokens + rec.tokens_injected
         ep.seconds += rec.seconds
         ep.record = rec
+        if envs[i].config.self_refine and rec.passage_ids and _refine_keeps_original(d["step"], rec):
+            ep.record = d["step"]  # SeaKR: the model is surer without the evidence — the original step stands
+            ep.before = ep.after = None  # (its live states are rebuilt from its snapshots)
+            d["retrieved"]["refined"] = "original"
+        elif envs[i].config.self_refine:
+            d["retrieved"]["refined"] = "augmented"
 
     # 3. accept: the step stands; the episode ends at the answer (or max_steps), else the next step is generated
     #    (cache, else one batched generation). An episode that ends without a usable answer line is asked for
@@ -258,6 +266,14 @@ def step_batch(envs: list[RetrievalTimingEnv], actions: list[Any]) -> list[tuple
         info = e._info(costs=raw, capped=d["capped"], quality=quality, retrieved=d["retrieved"])
         out.append((e._obs(), float(reward), terminated, truncated, info))
     return out
+
+
+def _refine_keeps_original(original: StepRecord, regenerated: StepRecord) -> bool:
+    """SeaKR's self-aware refinement (``EnvConfig.self_refine``): keep the original step when its EigenScore
+    (inconsistency of sampled continuations) is lower than the evidence-conditioned one's; a score that could not
+    be computed on either side keeps the regenerated step."""
+    old, new = original.signals.get("eigenscore"), regenerated.signals.get("eigenscore")
+    return old is not None and new is not None and bool(np.isfinite(old) and np.isfinite(new)) and old < new
 
 
 def _records(envs: list[RetrievalTimingEnv], kind: str, modes: list[int] | None = None) -> list[StepRecord]:
@@ -337,7 +353,11 @@ def _records(envs: list[RetrievalTimingEnv], kind: str, modes: list[int] | None 
                                 "n_tokens": 0})
         else:
             step, before, after = job["step"], job["before"], job["after"]
-            feats, scalars, mask = c.features(step, before)
+            # signals that continue from the state (k-sample consistency, EigenScore, verbal confidence) sample
+            # from the state the step was generated from: for a regeneration, the one with the evidence
+            cond = c.reasoner.with_evidence(before, list(job["evidence"]), cfg.injection) if kind == "retrieve" \
+                else before
+            feats, scalars, mask = c.features(step, cond)
             label = error_kind = chain_object = None
             if c.has_labels:
                 label, error_kind, chain_object = c.task.label(ep.q, ep.n_accepted + 1, job["chain_before"],
@@ -460,6 +480,7 @@ class RetrievalTimingEnv(gym.Env):
             "passage_ids": retrieved["passage_ids"],
             "capped": capped,
             **({"compression": retrieved["compression"]} if "compression" in retrieved else {}),
+            **({"refined": retrieved["refined"]} if "refined" in retrieved else {}),
             "action_prefix": ",".join(ep.prefix),
         }
         if rec.label is not None:

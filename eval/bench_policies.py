@@ -302,6 +302,17 @@ class Runner:
             self._variants[key] = (cfg, build_components(cfg))
         return self._variants[key]
 
+    def scalars_of(self, env: dict | None) -> set[str]:
+        """The scalar signals the bench env produces with a method's overrides."""
+        return set(self._with_overrides(env)[1].scalar_names()) if env else self.scalars
+
+    @staticmethod
+    def env_tag(env: dict) -> str:
+        """A short stable name of a method's env overrides (its per-question files are its own)."""
+        import hashlib
+
+        return hashlib.sha1(json.dumps(env, sort_keys=True).encode()).hexdigest()[:8]
+
     def run(self, trigger, split: str, questions: range, tag: str | None = None, querygen: bool = False,
             env: dict | None = None, mode: str | None = None) -> dict[str, Any]:
         """One (method, split) run. ``mode``: retrieve with that query formulation (the env runs with QueryGen
@@ -368,9 +379,10 @@ def run_bench(cfg: BenchConfig, components=None) -> dict[str, Any]:
     order = sorted(cfg.methods, key=lambda m: m.kind == "random")  # random ones match others: run last
     for m in order:
         try:
-            if m.kind == "threshold" and m.signal not in runner.scalars:
+            scalars = runner.scalars_of(m.env)
+            if m.kind == "threshold" and m.signal not in scalars:
                 raise _Skip(f"signal '{m.signal}' is not produced by this env (available: "
-                            f"{', '.join(sorted(runner.scalars))})")
+                            f"{', '.join(sorted(scalars))})")
             if m.kind == "oracle" and not runner.components.has_labels:
                 raise _Skip("no ground-truth step labels for this task")
             if m.kind == "learned" and cfg.skip_missing_policies and not (Path(m.path) / "spec.json").is_file():
@@ -422,6 +434,10 @@ def _calibrate(m: MethodSpec, runner: Runner, dev: range, grid: list[float], mod
 def _run_method(m: MethodSpec, runner: Runner, cot_dev, dev, test, results, calib, lam) -> dict[str, Any]:
     modes = _modes(m, runner)
     if m.kind == "threshold":
+        if m.env and not m.thresholds:  # the grid comes from the signal's values in the method's own env
+            from policies.triggers import NeverTrigger
+
+            cot_dev = runner.run(NeverTrigger(), "dev", dev, tag=f"CoT[{runner.env_tag(m.env)}]", env=m.env)
         grid = m.thresholds or auto_grid(cot_dev["episodes"], m.signal, m.direction)
         if m.fixed_threshold is None and not grid:
             raise _Skip(f"signal '{m.signal}' has no finite values on dev")

@@ -84,3 +84,74 @@ def test_seakr_eigenscore_as_an_env_signal():
         from envs.env_config import EnvConfig
 
         _extractor(EnvConfig(signals=["eigen"]), env.c.reasoner, 1, 1, ["x"], "hf")
+
+
+def test_dragin_rind_on_the_microworld_from_the_generation_pass():
+    """signals: [..., rind] on the micro-world: eager attention captured in the generation pass; RIND is
+    max over content words of ā_i·H_i·n with ā from attention_received over the step's own tokens — recomputed
+    here from one full eager forward pass over the prompt + step; and the greedy steps equal sdpa's."""
+    import torch
+
+    from agents.signals.attention import attention_received, content_token_mask, rind_scores
+    from policies.triggers import ThresholdTrigger
+
+    env = gym.make("kairos/MicroWorld-v0", config={"split": "dev", "rsus_components": ["ent"],
+                                                   "signals": ["output", "rind"]}).unwrapped
+    assert env.c.reasoner.capabilities.attentions
+    obs, info = env.reset(options={"question_index": 3})
+    plain = gym.make("kairos/MicroWorld-v0", config={"split": "dev", "rsus_components": ["ent"],
+                                                     "signals": ["output"]}).unwrapped
+    _, info_plain = plain.reset(options={"question_index": 3})
+    assert info["step_text"] == info_plain["step_text"]
+    assert obs["rind"].shape == (1,) and info["signals"]["rind"] > 0
+    # recompute from scratch: one eager forward over prompt + step, attention of the last layer
+    r = env.c.reasoner
+    before = env.ep.before if env.ep.before is not None else r.restore(env.ep.record.before)
+    step_ids = r.tok.encode(info["step_text"].split(" "))
+    ids = list(before.gen.ids) + step_ids
+    with torch.no_grad():
+        att = r.model(torch.tensor([ids]), output_attentions=True).attentions[-1][0].numpy()
+    n_prompt = len(before.gen.ids)
+    header = step_ids.index(r.colon_id) + 1
+    n_content = len(step_ids) - header
+    pos = [n_prompt + header + i for i in range(n_content)]
+    # the pass sees queries up to the step's last content token (its end token is never fed)
+    a = attention_received(att[:, : pos[-1] + 1, : pos[-1] + 1], pos)
+    texts = [" " + w for w in info["step_text"].split(" ")[header:]]
+    keep = content_token_mask(texts)
+    step, _ = r.next_step([before])[0]
+    np.testing.assert_allclose(step.meta["attn_received"], a, rtol=1e-4, atol=1e-6)
+    expect = rind_scores(a, step.entropies)[keep].max()
+    assert info["signals"]["rind"] == pytest.approx(expect, rel=1e-4)
+    info = _episode(env, ThresholdTrigger("rind", -1.0, "above", name="DRAGIN"), 4)
+    assert info["retrievals"] >= 1
+
+
+def test_seakr_self_refinement_keeps_the_step_with_the_lower_eigenscore():
+    """self_refine: eigenscore — after each retrieval the step with the lower EigenScore stands (the original
+    one or the evidence-conditioned one); the retrieval is paid either way; a config without 'eigen' is an error."""
+    from envs.config import ConfigError
+    from envs.env_config import EnvConfig
+
+    with pytest.raises(ConfigError, match="add 'eigen'"):
+        EnvConfig(signals=["output"], self_refine="eigenscore").validate()
+    # two retrievals allowed per step: after one, the step that stood is still the current one (info shows it)
+    cfg = {"split": "dev", "rsus_components": ["ent"], "signals": ["output", "eigen"], "max_retrievals_per_step": 2}
+    refine = gym.make("kairos/MicroWorld-v0", config={**cfg, "self_refine": "eigenscore"}).unwrapped
+    plain = gym.make("kairos/MicroWorld-v0", config=cfg).unwrapped
+    assert refine.c.namespace != plain.c.namespace
+    seen = set()
+    for q in range(12):
+        _, i1 = refine.reset(options={"question_index": q})
+        plain.reset(options={"question_index": q})
+        original = (i1["step_text"], i1["signals"]["eigenscore"])
+        _, _, _, _, i1 = refine.step(1)
+        _, _, _, _, i2 = plain.step(1)
+        if not i2["passage_ids"]:
+            continue
+        regenerated = (i2["step_text"], i2["signals"]["eigenscore"])
+        kept = "original" if original[1] < regenerated[1] else "augmented"
+        assert i1["refined"] == kept and i1["retrievals"] == 1 and i1["passage_ids"] == i2["passage_ids"]
+        assert (i1["step_text"], i1["signals"]["eigenscore"]) == (original if kept == "original" else regenerated)
+        seen.add(kept)
+    assert seen == {"original", "augmented"}  # both outcomes occur on these questions

@@ -38,11 +38,19 @@ ANSWER_PROMPT = ("Answer", ":")
 class MicroReasoner:
     """Step-wise greedy reasoner over a loaded :class:`~envs.microworld.artifact.MicroWorld`."""
 
-    capabilities = Capabilities(hidden_states=True, logprobs=True, attentions=False, sampling=True)
-
-    def __init__(self, world, max_step_tokens: int = 24, capture_hidden: bool = True, max_batch: int = 64):
+    def __init__(self, world, max_step_tokens: int = 24, capture_hidden: bool = True, max_batch: int = 64,
+                 capture_attentions: bool = False):
+        """``capture_attentions``: steps carry ``meta["attn_received"]`` and ``meta["token_texts"]`` (DRAGIN's
+        RIND) — the world's model is switched to eager attention (sdpa cannot return attention weights); its
+        greedy steps can differ from sdpa's in rare near-ties, so envs that capture have their own cache
+        namespace (the signal list is part of it)."""
         self.world = world
         self.model = world.model
+        self.capture_attentions = bool(capture_attentions)
+        if self.capture_attentions and getattr(self.model.config, "_attn_implementation", None) != "eager":
+            self.model.set_attn_implementation("eager")
+        self.capabilities = Capabilities(hidden_states=True, logprobs=True, attentions=self.capture_attentions,
+                                         sampling=True)
         self.tok = world.tokenizer
         self.max_step_tokens = max_step_tokens
         self.capture_hidden = capture_hidden
@@ -73,6 +81,7 @@ class MicroReasoner:
             res = generate_steps(self.model, chunk, stop_ids=self.stop_ids, header_end_id=self.colon_id,
                                  pad_id=self.tok.pad_id, max_new_tokens=self.max_step_tokens,
                                  capture_hidden=self.capture_hidden if capture is None else capture,
+                                 capture_attentions=self.capture_attentions and not sample,
                                  sample=sample, generator=generator,
                                  no_stop_first=no_stop_first[i: i + self.max_batch] if no_stop_first else None)
             dt = (time.perf_counter() - t0) / max(1, len(chunk))
@@ -96,6 +105,10 @@ class MicroReasoner:
                     maxprobs=out.maxprobs, hidden_mean=out.hidden_mean, hidden_last=out.hidden_last,
                     hidden_first=out.hidden_first,
                     finished=out.finished, seconds=dt, n_tokens=len(out.ids))
+        if out.attn_received is not None:  # DRAGIN's RIND: attention received, and each content token's word
+            step.meta["attn_received"] = out.attn_received
+            ids = out.ids[out.header_len: out.header_len + len(out.attn_received)]
+            step.meta["token_texts"] = [" " + self.tok.vocab[i] for i in ids]  # word-level: every token a word
         gen = out.state
         if not out.finished:  # a cut step: close the line so the next step starts cleanly
             gen = gen.extend([self.tok.nl_id])
