@@ -21,6 +21,8 @@ Built-in modes (:data:`DEFAULT_MODES` is the QueryGen action set, in this order)
   ``What is [entity]'s [relation]?`` (micro-world steps parse exactly: ``Mira 's mother is Tovan .`` ->
   ``What is Mira 's mother ?``; other text uses the heuristics of :func:`entity_relation`).
 - ``question`` (registered, not in the default set): the question alone (the Single-RAG query).
+- ``qfs`` (registered, not in the default set): DRAGIN's query formulation by self-attention — the env computes
+  it from the reasoner's attention (:func:`agents.signals.attention.qfs_terms`) and passes it in the context.
 
 A mode that produces an empty string falls back to the ``step`` query.
 
@@ -298,6 +300,17 @@ def info_need_mode(step_text: str, question: str | None = None, context: Mapping
     if not entity:
         return ""
     return info_need_query(entity, relation, microworld=_microworld_parse(text) is not None)
+
+
+@register_query_mode("qfs")
+def qfs_mode(step_text: str, question: str | None = None, context: Mapping[str, Any] | None = None) -> str:
+    """DRAGIN's QFS: the attention-weighted content words of the question and the text so far
+    (:func:`agents.signals.attention.qfs_terms`), which the env computes from the reasoner's attention and passes
+    as ``context["qfs"]``."""
+    if not context or "qfs" not in context:
+        raise ValueError("query mode 'qfs' reads the reasoner's attention: the env computes it (context['qfs']); "
+                         "a reasoner without attention weights cannot use it")
+    return str(context["qfs"])
 
 
 @register_query_mode("question")

@@ -93,7 +93,30 @@ class Components:
         """Whether the reasoner can be asked for the answer (``with_answer_prompt``; ``EnvConfig.answer_closing``)."""
         return callable(getattr(self.reasoner, "with_answer_prompt", None))
 
+    def qfs(self, question: str, prior_steps: list[str], step_text: str) -> str:
+        """DRAGIN's QFS query of a step (query mode ``qfs``): the reasoner's attention pass, then
+        :func:`agents.signals.attention.qfs_terms`."""
+        from agents.signals.attention import qfs_terms
+
+        fn = getattr(self.reasoner, "qfs_pass", None)
+        if fn is None:
+            raise ValueError(f"query mode 'qfs' needs a reasoner with an attention pass (qfs_pass); "
+                             f"{type(self.reasoner).__name__} has none (the micro-world reasoner has)")
+        return " ".join(qfs_terms(**fn(question, prior_steps, step_text)))
+
     # -- signals
+    def precompute(self, steps: list, states: list) -> None:
+        """Batched work of the signals of many new steps, before :meth:`features` reads each: EigenScore's
+        sampled continuations of every step in one set of generation calls (into ``step.meta["eigen_states"]``;
+        a state's samples do not depend on the batch)."""
+        if not steps or "eigenscore" not in self.extractor.names:
+            return
+        from agents.signals.hidden import micro_sample_states_batch
+
+        for step, Z in zip(steps, micro_sample_states_batch(self.reasoner, states, k=EIGEN_SAMPLES,
+                                                            seed=self.config.seed, greedy=steps)):
+            step.meta["eigen_states"] = Z
+
     def features(self, step, state) -> tuple[dict[str, np.ndarray], dict[str, float], dict[str, float]]:
         """Observation groups, scalar signals and the group mask of one step."""
         sig = self.extractor(step, state)
@@ -242,7 +265,8 @@ def _namespace(kind: str, identity, config: EnvConfig) -> str:
         outcome_fields["index_path"] = _index_fingerprint(config.index_path)
     if "rind" in config.signals:  # 2: RIND's attention term is DRAGIN's (max over queries of the head mean), one
         outcome_fields["rind_definition"] = 2  # definition in stepgen and agents.signals.attention
-    if "content_words" in config.query_modes:  # the POS tagger decides which words a content_words query keeps
+    if "content_words" in config.query_modes or "qfs" in config.query_modes or "rind" in config.signals:
+        # the POS tagger decides which words a content_words / QFS query keeps and which tokens RIND scores
         from agents.query import tagger_name
 
         outcome_fields["pos_tagger"] = tagger_name()
@@ -300,8 +324,8 @@ def build_reasoner(config: EnvConfig, world: Any = None):
             from envs.microworld.artifact import load_artifact
 
             world = load_artifact(config.artifact)
-        return MicroReasoner(world, max_step_tokens=config.max_step_tokens,
-                             capture_attentions="rind" in config.signals)  # DRAGIN's RIND: eager attention
+        return MicroReasoner(world, max_step_tokens=config.max_step_tokens,  # DRAGIN's RIND / QFS: eager attention
+                             capture_attentions="rind" in config.signals or "qfs" in config.query_modes)
     from agents.reasoners.registry import make_reasoner
 
     extra = {}
@@ -312,6 +336,9 @@ def build_reasoner(config: EnvConfig, world: Any = None):
         extra = {"attn_implementation": "eager", "capture_attentions": True}
     reasoner = make_reasoner(config.reasoner, max_step_tokens=config.max_step_tokens,
                              **{**config.reasoner_options, **extra})
+    if "qfs" in config.query_modes and not callable(getattr(reasoner, "qfs_pass", None)):
+        raise ValueError(f"EnvConfig.query_modes 'qfs' (DRAGIN's QFS) reads the reasoner's attention over the text; "
+                         f"reasoner '{config.reasoner}' has no attention pass (the micro-world reasoner has)")
     if not isinstance(reasoner, BranchingReasoner):
         raise ValueError(f"reasoner '{config.reasoner}' does not implement agents.reasoners.base.BranchingReasoner "
                          "(snapshot / restore / with_evidence: the env's trajectory cache and batched regeneration "

@@ -72,6 +72,7 @@ class StepRecord:
     query: str | None = None
     passage_ids: tuple[str, ...] = ()
     tokens_injected: int = 0
+    ranked_ids: tuple[str, ...] = ()            # the retriever's top-k for this retrieval, best first (Recall@k)
     label: str | None = None
     error_kind: str | None = None
     chain_before: str | None = None             # micro-world: where the model's chain stood before the step
@@ -194,7 +195,8 @@ def step_batch(envs: list[RetrievalTimingEnv], actions: list[Any]) -> list[tuple
         ep.since_retrieval = 0
         ep.used += list(rec.passage_ids)
         d["retrieved"] = {"query": rec.query, "passage_ids": list(rec.passage_ids),
-                          **({"compression": rec.compression} if rec.compression is not None else {})}
+                          **({"compression": rec.compression} if rec.compression is not None else {}),
+                          **({"ranked_ids": list(rec.ranked_ids)} if rec.ranked_ids else {})}  # (the log only)
         d["event"] = CostEvent(retrieved=True, n_passages=len(rec.passage_ids), tokens_generated=rec.n_tokens,
                                tokens_injected=rec.tokens_injected, seconds_measured=rec.seconds,
                                step_index=ep.n_accepted + 1)
@@ -320,8 +322,11 @@ def _records(envs: list[RetrievalTimingEnv], kind: str, modes: list[int] | None 
 
         for i, job in zip(miss, jobs):
             ep = envs[i].ep
-            job["query"] = c.querygen(ep.record.text, {"question": c.question_text(ep.q),
-                                                       "context": {"prior_steps": list(ep.accepted_steps)}}, modes[i])
+            context = {"prior_steps": list(ep.accepted_steps)}
+            if c.querygen.modes[modes[i]] == "qfs":  # DRAGIN's QFS: from the reasoner's attention over the text
+                context["qfs"] = c.qfs(c.question_text(ep.q), list(ep.accepted_steps), ep.record.text)
+            job["query"] = c.querygen(ep.record.text, {"question": c.question_text(ep.q), "context": context},
+                                      modes[i])
         ranked = c.retriever.search([job["query"] for job in jobs], k=cfg.top_k)
         for i, job, hits in zip(miss, jobs, ranked):
             ep = envs[i].ep
@@ -334,6 +339,7 @@ def _records(envs: list[RetrievalTimingEnv], kind: str, modes: list[int] | None 
                 texts, job["compression"] = compress_evidence(c.reasoner, job["before"], texts, ep.record.text,
                                                               cfg.tau_rel)
             job["passage_ids"] = tuple(p.id for p in chosen)
+            job["ranked_ids"] = tuple(p.id for p in hits[: cfg.top_k])
             job["evidence"] = tuple(ep.record.evidence) + tuple(texts)
             job["injected"] = sum(len(t.split()) for t in texts)
     # one batched generation (a retrieval with nothing new to inject keeps its step: no generation)
@@ -343,21 +349,24 @@ def _records(envs: list[RetrievalTimingEnv], kind: str, modes: list[int] | None 
     own = (time.perf_counter() - t0) / len(miss)
     for j, (step, after) in zip(gen, execute_requests(c.reasoner, requests) if requests else []):
         jobs[j]["step"], jobs[j]["after"] = step, after
-    # signals, labels → the new records (cached: one put of them all)
+    # signals, labels → the new records (cached: one put of them all). Signals that continue from the state
+    # (k-sample consistency, EigenScore, verbal confidence) sample from the state the step was generated from: for
+    # a regeneration, the one with the evidence; EigenScore's samples of every new step in one batched call
+    for job in jobs:
+        if "step" in job:
+            job["cond"] = (c.reasoner.with_evidence(job["before"], list(job["evidence"]), cfg.injection)
+                           if kind == "retrieve" else job["before"])
+    c.precompute([job["step"] for job in jobs if "step" in job], [job["cond"] for job in jobs if "step" in job])
     new: list[tuple] = []
     for i, job in zip(miss, jobs):
         e, t1 = envs[i], time.perf_counter()
         ep = e.ep
         if "step" not in job:  # nothing new to inject (every top-k passage was used): the step stands as it was
             rec = StepRecord(**{**ep.record.__dict__, "query": job["query"], "passage_ids": (), "tokens_injected": 0,
-                                "n_tokens": 0})
+                                "n_tokens": 0, "ranked_ids": job["ranked_ids"]})
         else:
             step, before, after = job["step"], job["before"], job["after"]
-            # signals that continue from the state (k-sample consistency, EigenScore, verbal confidence) sample
-            # from the state the step was generated from: for a regeneration, the one with the evidence
-            cond = c.reasoner.with_evidence(before, list(job["evidence"]), cfg.injection) if kind == "retrieve" \
-                else before
-            feats, scalars, mask = c.features(step, cond)
+            feats, scalars, mask = c.features(step, job["cond"])
             label = error_kind = chain_object = None
             if c.has_labels:
                 label, error_kind, chain_object = c.task.label(ep.q, ep.n_accepted + 1, job["chain_before"],
@@ -369,6 +378,7 @@ def _records(envs: list[RetrievalTimingEnv], kind: str, modes: list[int] | None 
                              before=c.reasoner.snapshot(before), after=c.reasoner.snapshot(after),
                              evidence=job.get("evidence", ()), query=job.get("query"),
                              passage_ids=job.get("passage_ids", ()), tokens_injected=job.get("injected", 0),
+                             ranked_ids=job.get("ranked_ids", ()),
                              label=label, error_kind=error_kind, chain_before=job["chain_before"],
                              chain_object=chain_object, compression=job.get("compression"),
                              final=step.is_answer or bool(getattr(after, "done", False)))

@@ -605,6 +605,7 @@ def summarize(cfg: BenchConfig, runner: Runner, results: dict[str, dict], calib:
             # (not Recall@k of the ranked lists, which the retrieval benchmark measures)
             "gain_per_call": (r["accuracy"] - ref_acc) / calls if calls > 0 and name != ref else None,
             "gold_injected_share": _evidence_recall(runner, r["episodes"]),
+            "recall_at_k": _recall_at_k(runner, r["episodes"]),
             "threshold": r.get("threshold"), "curve": r.get("curve"),
             "lambda": m.lam if m.kind == "learned" else None,
             "harm_rate": (float(np.mean(qual[name] < qual[ref] - 1e-9)) if ref and name != ref else None),
@@ -731,6 +732,24 @@ def _evidence_recall(runner: Runner, rows: list[dict]) -> float | None:
             continue
         got = {pid for d in r["decisions"] for pid in (d.get("passage_ids") or [])}
         vals.append(len(gold & got) / len(gold))
+    return float(np.mean(vals)) if vals else None
+
+
+def _recall_at_k(runner: Runner, rows: list[dict]) -> float | None:
+    """Recall@k of the retrieved lists: per retrieval call, the share of the question's supporting passages in
+    the retriever's top-k (k = the env's ``top_k``), averaged over calls (questions with supporting passages only).
+    None when nothing was retrieved, the task has no supporting passages, or a call's list was not recorded
+    (records cached before ranked lists were kept)."""
+    qs = runner.components.questions
+    vals = []
+    for r in rows:
+        gold = set(runner.components.gold_passages(qs[r["question_index"]]))
+        for d in r["decisions"]:
+            if not gold or not d.get("action", [0])[0]:
+                continue
+            if "ranked_ids" not in d:
+                return None
+            vals.append(len(gold & set(d["ranked_ids"])) / len(gold))
     return float(np.mean(vals)) if vals else None
 
 

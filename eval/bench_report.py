@@ -11,7 +11,7 @@ draws and formats a ``summary`` dict of this shape::
       "reference": "CoT",
       "methods": {"<name>": {"kind": "baseline" | "fixed" | "learned" | "random" | "oracle",
                              "accuracy", "acc_lo", "acc_hi", "calls", "tokens", "seconds", "reward",
-                             "gain_per_call", "gold_injected_share", "n", "threshold", "curve", "lambda"}},
+                             "gain_per_call", "gold_injected_share", "recall_at_k", "n", "threshold", "curve", "lambda"}},
       "comparisons": [{"method", "reference", "diff", "lo", "hi", "p_bootstrap", "b", "c",
                        "p_mcnemar", "p_holm", "reject"}],
       "matched_budget": [{"budget", "method", "accuracy"}],
@@ -331,7 +331,7 @@ def _blocks(summary: Mapping[str, Any], plot_keys: Sequence[str]) -> list[tuple[
         extra = [k for k in (setup.get("metrics") or []) if k != setup.get("quality_metric")]
         closing = any(m.get("no_answer_share") is not None for m in methods.values())
         headers = (["method", "kind", f"{qname} [95% CI]"] + [metric_label(k) for k in extra]
-                   + ["calls/q", "tokens", "seconds", "reward", "harm rate", "gain/call", "evidence recall"]
+                   + ["calls/q", "tokens", "seconds", "reward", "harm rate", "gain/call", "evidence recall", "R@k"]
                    + (["no answer", "closed"] if closing else []) + ["threshold · query mode"]
                    + (["λ"] if has_lam else []) + ["n"])
         rows = []
@@ -343,7 +343,7 @@ def _blocks(summary: Mapping[str, Any], plot_keys: Sequence[str]) -> list[tuple[
                    + [_fmt((m.get("metrics") or {}).get(k), 3) for k in extra]
                    + [_fmt(m.get("calls"), 2), _fmt_big(m.get("tokens")), _fmt(m.get("seconds"), 2),
                       _fmt(m.get("reward"), 3), _fmt(m.get("harm_rate"), 3), _fmt(m.get("gain_per_call"), 3),
-                      _fmt(m.get("gold_injected_share"), 3)]
+                      _fmt(m.get("gold_injected_share"), 3), _fmt(m.get("recall_at_k"), 3)]
                    + ([_fmt(m.get("no_answer_share"), 3), _fmt(m.get("closed_share"), 3)] if closing else [])
                    + [thr])
             row += [_fmt_value(_num(m.get("lambda")))] if has_lam else []
@@ -356,7 +356,9 @@ def _blocks(summary: Mapping[str, Any], plot_keys: Sequence[str]) -> list[tuple[
         if ref:
             out.append(("p", f"Reference method for the comparisons: {ref}. Harm rate: share of questions whose "
                              f"quality is below {ref}'s; gain/call: (quality − {ref}'s) per retrieval call; evidence "
-                             "recall: share of a question's gold passages injected during its episode."))
+                             "recall: share of a question's gold passages injected during its episode; R@k: "
+                             "Recall@k of the retrieved lists — per retrieval call, the share of the question's gold "
+                             "passages in the retriever's top-k, averaged over calls."))
     else:
         out.append(("p", "No methods."))
 

@@ -155,3 +155,23 @@ def test_seakr_self_refinement_keeps_the_step_with_the_lower_eigenscore():
         assert (i1["step_text"], i1["signals"]["eigenscore"]) == (original if kept == "original" else regenerated)
         seen.add(kept)
     assert seen == {"original", "augmented"}  # both outcomes occur on these questions
+
+
+def test_dragin_qfs_query_on_the_microworld():
+    """query mode 'qfs': the query is DRAGIN's attention-selected content words of the question and the text so
+    far (headers, function words and the trigger word excluded); a reasoner without an attention pass is an
+    error when the env is built."""
+    from agents.signals.attention import content_word_flags
+
+    env = gym.make("kairos/MicroWorld-v0", config={"split": "dev", "rsus_components": ["ent"],
+                                                   "signals": ["output", "rind"],
+                                                   "query_modes": ["qfs", "step"]}).unwrapped
+    obs, info = env.reset(options={"question_index": 2})
+    _, _, _, _, info2 = env.step(1)
+    q = info2["query"]
+    words = q.split()
+    assert words and all(content_word_flags([w])[0] for w in words)
+    assert not {"Question", "Step", ":"} & set(words)
+    text = (info["question"] + " " + info["step_text"]).split()
+    assert [w for w in text if w in words] and all(w in text for w in words)
+    assert q == env.c.qfs(info["question"], [], info["step_text"])

@@ -149,7 +149,8 @@ def generate_steps(
         capture_hidden: pool per-layer hidden states (PUlSE / CoE / probes) during generation.
         sample: sample instead of greedy decoding (for k-sample consistency signals).
         temperature: sampling temperature.
-        generator: torch RNG for sampling (seeded by the caller for reproducibility).
+        generator: torch RNG for sampling (seeded by the caller for reproducibility); or one RNG per row, so each
+            row's sample is the same in any batch (Gumbel-max sampling).
         header_fn: instead of ``header_end_id``: called with a row's generated ids (end token included),
             returns the header length in tokens (0: no header, everything is content).
         capture_attentions: record ``attn_received`` (needs ``attn_implementation="eager"``).
@@ -204,7 +205,11 @@ def generate_steps(
             banned = torch.tensor(sorted(stop_ids), device=device)
             pick = logits.clone()
             pick[rows[:, None], banned[None, :]] = -float("inf")
-        if sample:
+        if sample and isinstance(generator, (list, tuple)):  # one RNG per row (Gumbel-max): a row's sample does
+            # not depend on the batch it runs in — its RNG draws one uniform vector per position, used or not
+            u = torch.stack([torch.rand(pick.shape[1], generator=g) for g in generator]).to(device)
+            nxt = (pick / max(temperature, 1e-6) - torch.log(-torch.log(u.clamp_min(1e-20)))).argmax(dim=-1)
+        elif sample:
             probs = torch.softmax(pick / max(temperature, 1e-6), dim=-1)
             nxt = torch.multinomial(probs, 1, generator=generator).squeeze(1)
         else:

@@ -1,8 +1,7 @@
 """DRAGIN's RIND (DESIGN §4): token importance × uncertainty × step length; needs attentions.
 
-Deviation from DRAGIN, named in the benchmark rows (``DRAGIN[no QFS]``): the trigger is RIND as published, but
-the query is the env's query mode (the step text by default), not DRAGIN's QFS (the top attention-weighted
-content words of the question and the generated text) — not implemented.
+The query: DRAGIN's QFS is the query mode ``qfs`` (:func:`qfs_terms`; micro-world reasoner); a row that
+queries with another mode is named ``DRAGIN[no QFS]``.
 
 For content token ``i`` of a step with ``n`` content tokens:
 
@@ -99,13 +98,10 @@ class RIND(SignalBase):
 DRAGIN_TAGS = ("NN", "JJ", "VB", "CD")
 
 
-def content_token_mask(token_texts: list[str]) -> np.ndarray:
-    """Which tokens belong to a content word (DRAGIN's filter): tokens are grouped into words (a token that begins
-    with whitespace, or follows one that is punctuation, starts a new word), the words tagged, and every token of a
-    noun / adjective / verb (not an auxiliary) / number kept."""
+def token_words(token_texts: list[str]) -> tuple[list[int], list[str]]:
+    """``(word_of, words)``: tokens grouped into words — a token that begins with whitespace, or follows one that
+    is punctuation, or is punctuation itself, starts a new word (DRAGIN merges sub-word tokens the same way)."""
     import re
-
-    from agents.query import AUXILIARIES, FUNCTION_WORDS, pos_tag
 
     word_of, words_ = [], []
     for t in token_texts:
@@ -116,11 +112,83 @@ def content_token_mask(token_texts: list[str]) -> np.ndarray:
         else:
             words_[-1] += t.strip()
         word_of.append(len(words_) - 1)
-    words_ = [w or "_" for w in words_]
+    return word_of, [w or "_" for w in words_]
+
+
+def content_word_flags(words_: list[str]) -> list[bool]:
+    """Per word: a noun / adjective / verb (not an auxiliary) / number (DRAGIN's real words)."""
+    import re
+
+    from agents.query import AUXILIARIES, FUNCTION_WORDS, pos_tag
+
     tagged = pos_tag(" ".join(words_))
     if tagged is not None and len(tagged) == len(words_):
-        keep_word = [(t.startswith(DRAGIN_TAGS) and w.lower() not in AUXILIARIES and bool(re.search(r"\w", w)))
-                     or bool(re.fullmatch(r"\d[\d.,]*", w)) for w, t in tagged]  # numbers: the lexicon misses some
-    else:  # no tagger (or it split the words differently): every word outside the function-word list
-        keep_word = [bool(re.search(r"\w", w)) and w.lower() not in FUNCTION_WORDS for w in words_]
+        return [(t.startswith(DRAGIN_TAGS) and w.lower() not in AUXILIARIES and bool(re.search(r"\w", w)))
+                or bool(re.fullmatch(r"\d[\d.,]*", w)) for w, t in tagged]  # numbers: the lexicon misses some
+    # no tagger (or it split the words differently): every word outside the function-word list
+    return [bool(re.search(r"\w", w)) and w.lower() not in FUNCTION_WORDS for w in words_]
+
+
+def content_token_mask(token_texts: list[str]) -> np.ndarray:
+    """Which tokens belong to a content word (DRAGIN's filter): tokens grouped into words (:func:`token_words`),
+    the words tagged, and every token of a noun / adjective / verb (not an auxiliary) / number kept."""
+    word_of, words_ = token_words(token_texts)
+    keep_word = content_word_flags(words_)
     return np.array([keep_word[i] for i in word_of], dtype=bool)
+
+
+#: DRAGIN's ``retrieve_keep_top_k`` (its HotpotQA / 2Wiki configs): the query keeps this many words
+QFS_TOP_K = 35
+
+
+def qfs_terms(attn: np.ndarray, token_texts: list[str], scorable: np.ndarray, step_positions: list[int],
+              entropies: np.ndarray, keep_top_k: int = QFS_TOP_K) -> list[str]:
+    """DRAGIN's query formulation based on self-attention (QFS, its ``real_words`` query).
+
+    One forward pass over the question and the text generated so far, the current step last (no evidence, no
+    prompt scaffolding: DRAGIN re-encodes ``question + text``). The step's trigger token is its highest-RIND
+    content token (:func:`rind_scores` from the same pass's attention and entropies — a step-level trigger has
+    one; DRAGIN takes every token over θ of the flagged sentence). The attention that token's word pays to each
+    earlier token (last layer, mean over heads; for each of the word's tokens the row of the query that generated
+    it, normalised over the keys before the word, averaged over the word's tokens) is summed per word; the query
+    is the ``keep_top_k`` content words of the question and the text with the most attention, in their original
+    order, the trigger word excluded.
+
+    Args:
+        attn: ``[T, T]`` (or ``[heads, T, T]``) last-layer attention of the pass.
+        token_texts: the ``T`` tokens' text (a token beginning with whitespace starts a word).
+        scorable: ``[T]`` bool, the tokens that are question or generated text (False: line headers, newlines).
+        step_positions: the current step's content token positions.
+        entropies: ``[T]`` entropy of the distribution that generated each token (``entropies[p]`` from the
+            logits at ``p - 1``).
+    """
+    A = np.asarray(attn, dtype=np.float64)
+    if A.ndim == 3:
+        A = A.mean(0)
+    T = len(token_texts)
+    if A.shape != (T, T) or len(scorable) != T or len(entropies) != T:
+        raise ValueError(f"qfs_terms: attention {A.shape}, {T} tokens, {len(scorable)} flags, {len(entropies)} "
+                         "entropies must agree")
+    word_of, words_ = token_words(token_texts)
+    real = content_word_flags(words_)
+    pos = list(step_positions)
+    if not pos:
+        return []
+    s = rind_scores(attention_received(A, pos), np.asarray(entropies, dtype=np.float64)[pos])
+    keep = np.array([real[word_of[p]] for p in pos], dtype=bool)
+    hit = pos[int(np.argmax(np.where(keep, s, -np.inf))) if keep.any() else int(np.argmax(s))]
+    w_hit = word_of[hit]
+    toks = [p for p in range(T) if word_of[p] == w_hit]
+    start = toks[0]
+    att = np.zeros(T)
+    for p in toks:
+        if p == 0 or start == 0:
+            continue
+        v = A[p - 1, :start]
+        att[:start] += v / max(v.sum(), 1e-12)
+    att /= len(toks)
+    per_word = np.zeros(len(words_))
+    np.add.at(per_word, word_of, att)
+    cands = sorted({word_of[p] for p in range(T) if scorable[p] and real[word_of[p]] and word_of[p] != w_hit})
+    top = sorted(sorted(cands, key=lambda w: -per_word[w])[:keep_top_k])
+    return [words_[w] for w in top]

@@ -272,7 +272,10 @@ class EigenScore(SignalBase):
         self.states_fn = states_fn
 
     def __call__(self, step: Step, state: Any = None) -> np.ndarray:
-        Z = self.states_fn(step, state) if self.states_fn is not None else step.meta.get("eigen_states")
+        if "eigen_states" in step.meta:  # precomputed (the env samples every new step of a batch in one call)
+            Z = step.meta["eigen_states"]
+        else:
+            Z = self.states_fn(step, state) if self.states_fn is not None else None
         if Z is None:
             raise SignalUnavailable(f"step {step.index} has no sampled states for EigenScore "
                                     "(set step.meta['eigen_states'] or pass states_fn)")
@@ -292,22 +295,40 @@ def micro_sample_states(reasoner, state, k: int = 4, layer: int | None = None, s
         greedy: the greedy step; its ``hidden_last[layer]`` is appended as the last row when given.
         temperature: sampling temperature.
     """
+    Z = micro_sample_states_batch(reasoner, [state], k, layer, seed, [greedy], temperature)[0]
+    if Z is None:
+        raise SignalUnavailable("no sampled continuation had content tokens")
+    return Z
+
+
+def micro_sample_states_batch(reasoner, states: list, k: int = 4, layer: int | None = None, seed: int = 0,
+                              greedy: list[Step | None] | None = None, temperature: float = 1.0
+                              ) -> list[np.ndarray | None]:
+    """:func:`micro_sample_states` of many states in batched generation calls (``reasoner.max_batch`` rows each).
+    Sample ``j`` of every state draws from its own RNG seeded ``(seed, j)``, so a state's samples are the same
+    alone or in any batch. ``None`` for a state none of whose samples had content tokens."""
     import torch
 
     from agents.reasoners.stepgen import generate_steps
 
     layer = reasoner.n_layers // 2 if layer is None else layer
-    g = torch.Generator().manual_seed(seed)
-    outs = generate_steps(reasoner.model, [state.gen] * k, stop_ids=reasoner.stop_ids,
-                          header_end_id=reasoner.colon_id, pad_id=reasoner.tok.pad_id,
-                          max_new_tokens=reasoner.max_step_tokens, capture_hidden=True, sample=True,
-                          temperature=temperature, generator=g)
-    rows = [o.hidden_last[layer] for o in outs if o.hidden_last is not None]
-    if greedy is not None and greedy.hidden_last is not None:
-        rows.append(greedy.hidden_last[layer])
-    if not rows:
-        raise SignalUnavailable("no sampled continuation had content tokens")
-    return np.stack(rows).astype(np.float32)
+    greedy = greedy or [None] * len(states)
+    rows_in = [s.gen for s in states for _ in range(k)]
+    per_call = max(k, (getattr(reasoner, "max_batch", 64) // k) * k)
+    outs = []
+    for i in range(0, len(rows_in), per_call):
+        chunk = rows_in[i: i + per_call]
+        gens = [torch.Generator().manual_seed(seed * 1_000_003 + j % k) for j in range(len(chunk))]
+        outs += generate_steps(reasoner.model, chunk, stop_ids=reasoner.stop_ids, header_end_id=reasoner.colon_id,
+                               pad_id=reasoner.tok.pad_id, max_new_tokens=reasoner.max_step_tokens,
+                               capture_hidden=True, sample=True, temperature=temperature, generator=gens)
+    result = []
+    for n, g in enumerate(greedy):
+        rows = [o.hidden_last[layer] for o in outs[n * k: (n + 1) * k] if o.hidden_last is not None]
+        if g is not None and g.hidden_last is not None:
+            rows.append(g.hidden_last[layer])
+        result.append(np.stack(rows).astype(np.float32) if rows else None)
+    return result
 
 
 def default_content_layers(n_layers: int) -> tuple[int, ...]:

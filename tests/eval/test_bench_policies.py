@@ -58,6 +58,7 @@ def test_bench_runs_calibrates_skips_and_resumes(tmp_path):
     assert "DRAGIN" in s["skipped"] and "rind" in s["skipped"]["DRAGIN"]
     assert any("Skipped DRAGIN" in n for n in s["notes"])
     assert s["methods"]["CoT"]["calls"] == 0 and s["methods"]["IRCoT"]["calls"] > 0
+    assert 0.0 <= s["methods"]["IRCoT"]["recall_at_k"] <= 1.0 and s["methods"]["CoT"]["recall_at_k"] is None
     fl = s["methods"]["FLARE"]
     cal = s["calibration"]["FLARE"]
     best = max(cal["sweep"], key=lambda r: (r["reward"], -r["calls"]))
@@ -204,3 +205,23 @@ def test_single_rag_retrieves_once_with_the_question(tmp_path):
         first = r["decisions"][0]
         assert first["action"][0] == 1 and first["query"] == info["question"]  # the question, at step 1
         assert all(d["action"][0] == 0 for d in r["decisions"][1:])
+
+
+def test_recall_at_k_of_the_ranked_lists_per_call():
+    """Recall@k: per retrieval call, the share of the question's gold passages in the top-k list; averaged over
+    calls; None when a call's list was not recorded, or nothing was retrieved."""
+    from types import SimpleNamespace
+
+    from eval.bench_policies import _recall_at_k
+
+    gold = {0: ["a", "b"], 1: ["c"], 2: []}
+    runner = SimpleNamespace(components=SimpleNamespace(questions=[0, 1, 2], gold_passages=lambda q: gold[q]))
+    rows = [{"question_index": 0, "decisions": [{"action": [1, 0], "ranked_ids": ["a", "x", "y"]},
+                                                {"action": [0, 0]},
+                                                {"action": [1, 0], "ranked_ids": ["b", "a", "z"]}]},
+            {"question_index": 1, "decisions": [{"action": [1, 0], "ranked_ids": ["x", "y", "z"]}]},
+            {"question_index": 2, "decisions": [{"action": [1, 0], "ranked_ids": ["q"]}]}]  # no gold: not counted
+    assert _recall_at_k(runner, rows) == pytest.approx((0.5 + 1.0 + 0.0) / 3)
+    assert _recall_at_k(runner, [{"question_index": 0, "decisions": [{"action": [0, 0]}]}]) is None
+    rows[1]["decisions"][0].pop("ranked_ids")
+    assert _recall_at_k(runner, rows) is None

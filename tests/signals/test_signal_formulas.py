@@ -194,6 +194,39 @@ def test_rind_scores_only_content_words_as_dragin():
     assert RIND()(only_function)[0] == 0.0
 
 
+def test_qfs_terms_hand_computed_as_dragin_real_words():
+    """DRAGIN's QFS: the trigger token (highest RIND content token of the step), the attention its word pays to
+    earlier tokens (row of the query that generated each of its tokens, normalised over keys before the word,
+    averaged, summed per word), the top-k content words in original order, the trigger word and unscorable
+    tokens (headers) excluded."""
+    from agents.signals.attention import qfs_terms
+
+    toks = [" Question", " :", " Paris", " is", " in", " France", " \n", " Step", " :", " The", " Eiffel", " To", "wer"]
+    T = len(toks)
+    scorable = np.array([False, False, True, True, True, True, False, False, False, True, True, True, True])
+    A = np.full((T, T), 0.0)
+    for q in range(T):  # causal rows: uniform, then make the trigger word's queries favour "France"
+        A[q, : q + 1] = 1.0 / (q + 1)
+    A[9, :] = 0.0
+    A[9, [2, 5, 9]] = [0.1, 0.6, 0.3]       # query 9 generates " Eiffel" (pos 10): France gets most
+    A[10, :] = 0.0
+    A[10, [2, 5, 8, 10]] = [0.3, 0.3, 0.1, 0.3]  # query 10 generates " To" (pos 11), part of the same word
+    A[11, :] = 0.0
+    A[11, [10, 11]] = [0.5, 0.5]
+    ent = np.zeros(T)
+    ent[[10, 11, 12]] = [5.0, 1.0, 1.0]     # " Eiffel" uncertain: with its attention, the trigger token
+    step_positions = [9, 10, 11, 12]
+    terms = qfs_terms(A, toks, scorable, step_positions, ent, keep_top_k=2)
+    # RIND over the step's content tokens 9-12: ā ∝ [1/13, .5, 1/13, 0] · H [0, 5, 1, 1] -> token 10 (" Eiffel")
+    # is the trigger; " To" starts a new word ("Tower", tokens 11-12). The trigger word's row (query 9) over the
+    # keys before it, normalised: Paris .1, France .6, The .3 (not a content word); Tower 0 (after it)
+    # -> top 2 = France, Paris, in their original order
+    assert terms == ["Paris", "France"]
+    assert qfs_terms(A, toks, scorable, step_positions, ent, keep_top_k=1) == ["France"]
+    with pytest.raises(ValueError, match="must agree"):
+        qfs_terms(A[:3, :3], toks, scorable, step_positions, ent)
+
+
 def test_micro_sample_states_from_a_generation_pass():
     from types import SimpleNamespace
 
@@ -214,3 +247,27 @@ def test_micro_sample_states_from_a_generation_pass():
     assert Z.shape == (5, 32) and np.array_equal(Z[-1], np.ones(32))
     np.testing.assert_array_equal(Z, micro_sample_states(r, state, k=4, seed=0, greedy=greedy))
     assert np.isfinite(EigenScore(states_fn=lambda s, st: Z)(greedy)).all()
+
+
+def test_batched_eigen_samples_equal_each_state_alone():
+    """micro_sample_states_batch: every state's k samples come from its own per-sample RNGs, so a batch of states
+    (split over generation calls of any size) gives each state exactly what it gets alone — the env samples all
+    new steps of a batch at once and the cache stays independent of the batch; the samples do differ by seed."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from agents.reasoners.microlm import build_model
+    from agents.reasoners.stepgen import GenState
+    from agents.signals.hidden import micro_sample_states, micro_sample_states_batch
+    from envs.microworld.config import ModelConfig
+
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(n_layers=2, hidden=32, heads=2, intermediate=64), 24, 0, 1).eval()
+    r = SimpleNamespace(model=model, stop_ids={1, 3}, colon_id=None, tok=SimpleNamespace(pad_id=0),
+                        max_step_tokens=6, n_layers=2, max_batch=8)  # 8 rows a call: 2 states of k = 4
+    states = [SimpleNamespace(gen=GenState(p)) for p in ([7, 8, 9], [5], [10, 11, 12, 13, 14], [6, 6])]
+    batch = micro_sample_states_batch(r, states, k=4, seed=3)
+    for s, Z in zip(states, batch):
+        np.testing.assert_allclose(Z, micro_sample_states(r, s, k=4, seed=3), rtol=1e-5, atol=1e-6)
+    assert not np.allclose(batch[0], micro_sample_states(r, states[0], k=4, seed=4))
