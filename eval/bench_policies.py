@@ -449,7 +449,7 @@ def _run_method(m: MethodSpec, runner: Runner, cot_dev, dev, test, results, cali
                  "fixed by the config" if m.fixed_threshold is not None else "calibrated on dev")
         res = runner.run(make_trigger(m, threshold=chosen), "test", test, tag=_tag(m.name, mode, f"{chosen:.6g}"),
                          env=m.env, mode=mode)
-        res["threshold"], res["query_mode"] = chosen, mode
+        res["threshold"], res["query_mode"] = chosen, mode or ((m.env or {}).get("query_modes") or [None])[0]
         if runner.cfg.test_curves and m.curve and grid:
             curve = []
             for t in sorted(set(grid) | {chosen}):
