@@ -261,6 +261,8 @@ def _namespace(kind: str, identity, config: EnvConfig) -> str:
     outcome_fields["reasoner_options"] = {k: v for k, v in config.reasoner_options.items()
                                           if k not in ("timeout_s", "deadline_s", "retries", "retry_backoff_s",
                                                        "concurrency", "allow_insecure_key", "api_key_env")}
+    if config.reasoner_options.get("segmenter"):  # a learned step segmenter enters by its weights, not its path
+        outcome_fields["reasoner_options"]["segmenter"] = content_fingerprint(config.reasoner_options["segmenter"])
     if config.index_path:
         outcome_fields["index_path"] = _index_fingerprint(config.index_path)
     if "rind" in config.signals:  # 2: RIND's attention term is DRAGIN's (max over queries of the head mean), one
@@ -329,10 +331,10 @@ def build_reasoner(config: EnvConfig, world: Any = None):
     from agents.reasoners.registry import make_reasoner
 
     extra = {}
-    if "rind" in config.signals:  # DRAGIN's RIND reads last-layer attention: eager attention, captured
-        if config.reasoner != "hf":
-            raise ValueError(f"EnvConfig.signals 'rind' (DRAGIN) needs attentions; reasoner '{config.reasoner}' "
-                             "does not expose them (use reasoner 'hf')")
+    if "rind" in config.signals or "qfs" in config.query_modes:  # DRAGIN's RIND / QFS read last-layer attention:
+        if config.reasoner != "hf":  # eager attention, captured
+            raise ValueError(f"EnvConfig.signals 'rind' / query mode 'qfs' (DRAGIN) need attentions; reasoner "
+                             f"'{config.reasoner}' does not expose them (use reasoner 'hf' or the micro-world)")
         extra = {"attn_implementation": "eager", "capture_attentions": True}
     reasoner = make_reasoner(config.reasoner, max_step_tokens=config.max_step_tokens,
                              **{**config.reasoner_options, **extra})

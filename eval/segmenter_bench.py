@@ -87,12 +87,17 @@ def _predict(seg, toks) -> list[int]:
     return [1] + [int(p >= seg.threshold) for p in seg.token_probs(toks)[1:]]
 
 
+#: the segmenter size DESIGN §4 specifies (the default, agents.boundary.SegmenterConfig, is 2 layers × 64)
+PAPER_SIZE = {"d_model": 256, "n_layers": 3, "n_heads": 4, "ff_dim": 1024}
+PAPER_NAME = "both (3 × 256, 4 heads)"
+
+
 def _half(key: str) -> int:
     return hashlib.sha256(key.split(":", 1)[-1].encode()).digest()[0] % 2
 
 
 def run_bench(out: Path, n_micro_train: int = 2000, n_micro_test: int = 400, sources: list[str] | None = None,
-              generate: int = 100, epochs: int = 8, seed: int = 0) -> dict[str, Any]:
+              generate: int = 100, epochs: int = 8, seed: int = 0, paper_size: bool = False) -> dict[str, Any]:
     import numpy as np
 
     from agents.boundary import boundary_scores, chain_example, sentence_start_baseline, train_segmenter
@@ -125,13 +130,18 @@ def run_bench(out: Path, n_micro_train: int = 2000, n_micro_test: int = 400, sou
         r = tot["tp"] / tot["gold"] if tot["gold"] else 0.0
         return {"precision": p, "recall": r, "f1": 2 * p * r / (p + r) if p + r else 0.0}
 
-    for name, tr in (("micro-world", micro_train), ("SmolLM2", smol_train), ("both", micro_train + smol_train)):
+    from agents.boundary import SegmenterConfig
+
+    runs = [("micro-world", micro_train, None), ("SmolLM2", smol_train, None), ("both", micro_train + smol_train, None)]
+    if paper_size:  # the size DESIGN specifies, on the same data: is the small default's F1 the same?
+        runs.append((PAPER_NAME, micro_train + smol_train, SegmenterConfig(**PAPER_SIZE)))
+    for name, tr, size in runs:
         t1 = time.perf_counter()
-        seg = train_segmenter(tr, epochs=epochs, seed=seed)
+        seg = train_segmenter(tr, size, epochs=epochs, seed=seed)
         train_s = time.perf_counter() - t1
         for test_name, te in tests.items():
             s = score(functools.partial(_predict, seg), te)
-            domain = "in" if name in (test_name, "both") else "out"
+            domain = "in" if name in (test_name, "both", PAPER_NAME) else "out"
             result["rows"].append({"trained_on": name, "tested_on": test_name, "domain": domain, **s,
                                    "train_seconds": round(train_s, 1)})
         if name == "both":
@@ -143,10 +153,10 @@ def run_bench(out: Path, n_micro_train: int = 2000, n_micro_test: int = 400, sou
     lines = ["# Learned step segmenter — boundary F1", "",
              f"Test chains: micro-world {len(micro_test)}, SmolLM2 {len(smol_test)} (source: {origin}); "
              f"boundaries scored: {result['data']['test_boundaries']}.", "",
-             "| trained on | tested on | domain | precision | recall | F1 |", "|---|---|---|---|---|---|"]
+             "| trained on | tested on | domain | precision | recall | F1 | train s |", "|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
         lines.append(f"| {r['trained_on']} | {r['tested_on']} | {r['domain']} | {r['precision']:.3f} | "
-                     f"{r['recall']:.3f} | {r['f1']:.3f} |")
+                     f"{r['recall']:.3f} | {r['f1']:.3f} | {r['train_seconds']:.1f} |")
     md = "\n".join(lines) + "\n"
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "segmenter_bench.json", result)
@@ -166,5 +176,7 @@ def register(sub: Any) -> None:
     p.add_argument("--generate", type=int, default=100, help="HotpotQA questions to generate when no file is found")
     p.add_argument("--epochs", type=int, default=8, help="training epochs")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--paper-size", action="store_true", help="also train the specified size (3 layers × 256, 4 "
+                                                             "heads) on both domains and score it")
     p.set_defaults(func=lambda a: run_bench(Path(a.out), a.micro_train, a.micro_test, a.source, a.generate,
-                                            a.epochs, a.seed) and 0)
+                                            a.epochs, a.seed, a.paper_size) and 0)

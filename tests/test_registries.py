@@ -105,7 +105,8 @@ def _contract(reg: str, name: str) -> None:
         if entry.dim > 0:
             assert all(0 <= i < entry.dim for i in info["scalars"].values()), f"signal '{name}': scalar index >= dim"
     elif reg == "query_modes":
-        q = entry(STEP_TEXT, QUESTION, {})
+        # the context the env passes (qfs: the attention-selected words it computes from the reasoner)
+        q = entry(STEP_TEXT, QUESTION, {"prior_steps": [], "qfs": "Paris capital"})
         assert isinstance(q, str) and q.strip(), f"query mode '{name}' gave an empty query"
     elif reg == "costs":
         from envs.costs import CostEvent, make_cost

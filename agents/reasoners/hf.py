@@ -178,6 +178,11 @@ class HFReasonerConfig(ConfigBase):
     max_blank_retries: int = helpf(2, "a blank line is not a step: generate again this many times")
     answer_prompt: str = helpf("Answer:", "what answer closing writes for the model to continue (the env's "
                                           "answer_closing: a chain that ended without a usable answer line)")
+    segmenter: str | None = helpf(None, "free-form chains: a learned boundary segmenter (agents.boundary; `kairos "
+                                        "bench segmenter` trains one) cuts the text into steps online — a newline "
+                                        "no longer ends a step; None: a step is a line")
+    segmenter_lookahead: int = helpf(3, "words the segmenter reads after a candidate boundary before deciding "
+                                        "(generated past it, then regenerated as the next step's start)")
 
     def validate(self) -> None:
         _torch_dtype(self.dtype)
@@ -186,6 +191,11 @@ class HFReasonerConfig(ConfigBase):
                               "(valid: sdpa, eager, flash_attention_2)")
         if self.capture_attentions and self.attn_implementation != "eager":
             raise ConfigError("HFReasonerConfig: capture_attentions needs attn_implementation='eager'")
+        if self.segmenter is not None and not (Path(self.segmenter) / "segmenter.json").is_file():
+            raise ConfigError(f"HFReasonerConfig.segmenter: no boundary segmenter at {self.segmenter} (needs "
+                              "segmenter.json and model.pt; `kairos bench segmenter --out DIR` trains one)")
+        if self.segmenter_lookahead < 1:
+            raise ConfigError("HFReasonerConfig: segmenter_lookahead must be >= 1")
         if self.max_step_tokens < 1 or self.max_steps < 1 or self.max_batch < 1:
             raise ConfigError("HFReasonerConfig: max_step_tokens, max_steps and max_batch must be >= 1")
 
@@ -282,7 +292,14 @@ class HFReasoner:
         gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
         extra = tuple(gen_eos) if isinstance(gen_eos, (list, tuple)) else ((gen_eos,) if gen_eos is not None else ())
         self.eos_ids = {int(e) for e in (tokenizer.eos_token_id, *extra) if e is not None}
-        self.stop_ids = newline_stop_ids(tokenizer, tuple(self.eos_ids))
+        self.segmenter = None
+        if self.cfg.segmenter:  # free-form text: the segmenter ends a step, a newline is just text
+            from agents.boundary import BoundarySegmenter
+
+            self.segmenter = BoundarySegmenter.load(self.cfg.segmenter)
+            self.stop_ids = set(self.eos_ids)
+        else:
+            self.stop_ids = newline_stop_ids(tokenizer, tuple(self.eos_ids))
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_ids)
         self.nl_ids = tokenizer.encode("\n", add_special_tokens=False)
         self.n_layers = model.config.num_hidden_layers
@@ -351,13 +368,41 @@ class HFReasoner:
                 pad_id=self.pad_id, max_new_tokens=self.cfg.max_step_tokens,
                 capture_hidden=self.cfg.capture_hidden if capture is None else capture,
                 capture_attentions=self.capture_attentions and not sample,
-                sample=sample, temperature=temperature, generator=generator, no_stop_first=nsf)
+                sample=sample, temperature=temperature, generator=generator, no_stop_first=nsf,
+                boundary_fn=self._boundary if self.segmenter is not None else None)
             dt = (time.perf_counter() - t0) / max(1, len(chunk))
             outs += [(r, dt) for r in res]
         return outs
 
     def _line(self, ids: list[int]) -> str:
-        return self.tok.decode(ids, skip_special_tokens=True).split("\n", 1)[0].rstrip()
+        text = self.tok.decode(ids, skip_special_tokens=True)
+        if self.segmenter is not None:  # free-form: the step is the whole text the segmenter cut
+            return " ".join(text.split())
+        return text.split("\n", 1)[0].rstrip()
+
+    def _boundary(self, row: int, ids: list[int]) -> int | None:
+        """``boundary_fn`` of free-form generation: once a word has ``segmenter_lookahead`` words after it, the
+        segmenter (its window of words up to the newest) decides whether a new step starts at it; if so, the
+        step keeps the tokens before the word's first token."""
+        from agents.boundary import TOKEN_RE
+
+        text = self.tok.decode(ids, skip_special_tokens=True)
+        spans = [(m.start(), m.group()) for m in TOKEN_RE.finditer(text)]
+        look = self.cfg.segmenter_lookahead
+        n_before = len(TOKEN_RE.findall(self.tok.decode(ids[:-1], skip_special_tokens=True)))
+        todo = range(max(1, n_before - look + 1), len(spans) - look + 1)  # words decided by this token
+        if not todo:
+            return None
+        lo = max(0, len(spans) - self.segmenter.cfg.window)
+        probs = self.segmenter.token_probs([w for _, w in spans[lo:]])
+        for i in todo:
+            if i >= lo and probs[i - lo] >= self.segmenter.threshold:
+                cut = spans[i][0]
+                for k in range(1, len(ids)):
+                    if len(self.tok.decode(ids[:k], skip_special_tokens=True)) > cut:
+                        return k - 1 if k > 1 else None
+                return None
+        return None
 
     def _generate(self, gens: list[GenState], no_stop_first: list[bool] | None = None):
         """Generate one non-blank line per state: ``(out, seconds, blank_tokens, blank_text)``."""
@@ -397,7 +442,7 @@ class HFReasoner:
         gen = out.state
         raw = blank_text + self.tok.decode(out.ids, skip_special_tokens=True)
         raw = join_forced(state.forced, raw) if state.forced else raw
-        if not out.finished:  # a cut step: close the line so the next step starts cleanly
+        if not out.finished and self.segmenter is None:  # a cut line: close it so the next step starts cleanly
             gen = gen.extend(self.nl_ids)
             raw += "\n"
         n = state.n_steps + 1
@@ -428,6 +473,35 @@ class HFReasoner:
             ids = self._encode(self.prompt_text(state.question, front) + "".join(state.transcript))
             return HFState(state.question, front, state.transcript, state.n_steps, GenState(ids))
         raise ValueError(f"unknown injection mode '{mode}' (valid: front, step)")
+
+    def qfs_pass(self, question: str, prior_steps: list[str], step_text: str) -> dict:
+        """One eager forward pass over ``Question: …``, the accepted steps and ``step_text`` (plain lines, no chat
+        template, no evidence — DRAGIN re-encodes ``question + text``): the inputs of
+        :func:`agents.signals.attention.qfs_terms`. The ``Question:`` / ``Step i:`` headers are not scorable."""
+        from agents.signals.attention import qfs_pass
+
+        texts = [f"Question: {question}"] + list(prior_steps) + [step_text]
+        lines = []
+        for k, line in enumerate(texts):
+            h = parse_header(line)
+            end = len("Question:") if k == 0 else (h.end if h else 0)
+            content = line[end:] + ("" if k == len(texts) - 1 else "\n")
+            h_ids = self._encode(line[:end]) if end else []
+            c_ids = self._encode(content) if content else []
+            txt = self._token_texts(h_ids + c_ids)
+            lines.append((h_ids, txt[: len(h_ids)], c_ids, [" " + t.lstrip() if i == 0 and h_ids else t
+                                                            for i, t in enumerate(txt[len(h_ids):])]))
+        return qfs_pass(self.model, lines)
+
+    def _token_texts(self, ids: list[int]) -> list[str]:
+        """Each token's text as it reads in context (with the space before it, whatever the tokenizer's decoder
+        does with a lone token): the growth of the decoded prefix."""
+        out, prev = [], ""
+        for k in range(1, len(ids) + 1):
+            cur = self.tok.decode(ids[:k], skip_special_tokens=False)
+            out.append(cur[len(prev):] if cur.startswith(prev) else self.tok.decode([ids[k - 1]]))
+            prev = cur
+        return out
 
     def with_answer_prompt(self, state: HFState) -> HFState:
         """The state whose next line is the answer: ``Answer:`` written for the model after the transcript (a

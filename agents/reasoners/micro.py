@@ -151,32 +151,17 @@ class MicroReasoner:
         """One eager forward pass over the question, the accepted steps and ``step_text`` (no evidence): the
         inputs of :func:`agents.signals.attention.qfs_terms` (DRAGIN's QFS query). Line headers (``Question :``,
         ``Step i :``) and newlines are not scorable."""
-        import numpy as np
+        from agents.signals.attention import qfs_pass
 
-        if not self.capture_attentions:
-            raise ValueError("QFS reads attention weights: build the reasoner with capture_attentions=True "
-                             "(the env does when query_modes has 'qfs')")
-        step_words = self.tok.split(step_text)
-        words = self.tok.split(self._lines(question, (), tuple(prior_steps))) + step_words
-        ids = self.tok.encode(words)
-        scorable, seen_colon = [], False
-        for w in words:
-            if w == "\n":
-                scorable.append(False)
-                seen_colon = False
-            else:
-                scorable.append(seen_colon)
-                seen_colon = seen_colon or w == ":"
-        n_step = len(step_words)
-        head = step_words.index(":") + 1 if ":" in step_words else 0
-        with torch.no_grad():
-            out = self.model(torch.tensor([ids]), output_attentions=True)
-        logp = torch.log_softmax(out.logits[0].float(), -1)
-        ent = -(logp.exp() * logp).sum(-1).numpy()  # ent[p]: the distribution that predicts token p + 1
-        entropies = np.concatenate([[0.0], ent[:-1]])
-        return {"attn": out.attentions[-1][0].float().mean(0).numpy(), "token_texts": [" " + w for w in words],
-                "scorable": np.array(scorable, dtype=bool),
-                "step_positions": list(range(len(words) - n_step + head, len(words))), "entropies": entropies}
+        lines = []
+        for k, line in enumerate([f"Question : {question}"] + list(prior_steps) + [step_text]):
+            words = self.tok.split(line)
+            head = words.index(":") + 1 if ":" in words else 0
+            last = k == len(prior_steps) + 1
+            content = words[head:] + ([] if last else ["\n"])
+            lines.append((self.tok.encode(words[:head]), [" " + w for w in words[:head]], self.tok.encode(content),
+                          [" " + w if w != "\n" else " " for w in content]))
+        return qfs_pass(self.model, lines)
 
     def evidence_framing(self):
         """``(encode, line_start, sentence_sep, line_end, step_end)``: how :meth:`with_evidence` (step mode)

@@ -135,6 +135,7 @@ def generate_steps(
     header_fn: Callable[[list[int]], int] | None = None,
     capture_attentions: bool = False,
     no_stop_first: list[bool] | None = None,
+    boundary_fn: Callable[[int, list[int]], int | None] | None = None,
 ) -> list[StepOutput]:
     """Advance every state by one step (one line) in a single batched decode loop.
 
@@ -156,6 +157,10 @@ def generate_steps(
         capture_attentions: record ``attn_received`` (needs ``attn_implementation="eager"``).
         no_stop_first: per row, whether its first token may not be a stop token (answer closing: the line has
             to say something); the recorded logprob is still the model's own for the token picked.
+        boundary_fn: free-form text (a learned segmenter): called as ``boundary_fn(row, ids)`` with a row's
+            generated ids after each token; ``k`` (``1 <= k < len(ids)``) ends the step after its first ``k``
+            tokens — the rest is dropped (greedy decoding writes it again as the next step), the KV cache is cut
+            to match — and ``None`` goes on.
     """
     from transformers import DynamicCache
 
@@ -231,6 +236,14 @@ def generate_steps(
             gen[b].append(tok)
             if tok in stop_ids:
                 done[b] = finished[b] = True
+            elif boundary_fn is not None:
+                k = boundary_fn(b, gen[b])
+                if k is not None:
+                    if not 1 <= k < len(gen[b]):
+                        raise ValueError(f"boundary_fn returned {k} for a step of {len(gen[b])} tokens")
+                    for seq in (gen[b], lp[b], ent[b], mp[b]):
+                        del seq[k:]
+                    done[b] = finished[b] = True
         if all(done):
             break
     # split the batch cache back into per-row caches (real slots only)
@@ -238,11 +251,12 @@ def generate_steps(
     keys = [(layer.keys, layer.values) for layer in cache.layers]
     hall = torch.stack(hids, 0) if hids else None  # [T, B, L+1, d]
     for b in range(B):
-        real = mask[b].nonzero().squeeze(1)
         new_ids = states[b].ids + gen[b]
-        # the cache holds every fed token: the pending ones and all generated tokens but the last
-        row_cache = [(k[b][:, real], v[b][:, real]) for k, v in keys]
+        # the cache holds every fed token: the pending ones and all generated tokens but the last (a step cut by
+        # boundary_fn fed tokens it dropped: its cache ends with its own last token but one)
         n_cached = len(new_ids) - 1
+        real = mask[b].nonzero().squeeze(1)[:n_cached]
+        row_cache = [(k[b][:, real], v[b][:, real]) for k, v in keys]
         assert row_cache[0][0].shape[1] == n_cached, (row_cache[0][0].shape, n_cached)
         n = len(gen[b])
         if header_fn is not None:

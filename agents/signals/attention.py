@@ -141,6 +141,33 @@ def content_token_mask(token_texts: list[str]) -> np.ndarray:
 QFS_TOP_K = 35
 
 
+def qfs_pass(model, lines: list[tuple[list[int], list[str], list[int], list[str]]]) -> dict[str, Any]:
+    """One eager forward pass over text lines, the inputs of :func:`qfs_terms`: each line is ``(header ids, their
+    texts, content ids, their texts)`` — headers (``Question:``, ``Step i:``) are not scorable — joined by nothing
+    (a line's content carries its newline as a header-like unscorable token if the backend adds one); the last
+    line is the current step. Needs a model with eager attention."""
+    import torch
+
+    ids: list[int] = []
+    texts: list[str] = []
+    scorable: list[bool] = []
+    for h_ids, h_txt, c_ids, c_txt in lines:
+        step_start = len(ids) + len(h_ids)
+        ids += list(h_ids) + list(c_ids)
+        texts += list(h_txt) + list(c_txt)
+        scorable += [False] * len(h_ids) + [t.strip() != "" for t in c_txt]
+    if getattr(model.config, "_attn_implementation", None) != "eager":
+        raise ValueError("QFS reads attention weights: the model needs eager attention (the env loads it so when "
+                         "query_modes has 'qfs')")
+    with torch.no_grad():
+        out = model(torch.tensor([ids]), output_attentions=True)
+    logp = torch.log_softmax(out.logits[0].float(), -1)
+    ent = -(logp.exp() * logp).sum(-1).numpy()  # ent[p]: the distribution that predicts token p + 1
+    return {"attn": out.attentions[-1][0].float().mean(0).numpy(), "token_texts": texts,
+            "scorable": np.array(scorable, dtype=bool), "step_positions": list(range(step_start, len(ids))),
+            "entropies": np.concatenate([[0.0], ent[:-1]])}
+
+
 def qfs_terms(attn: np.ndarray, token_texts: list[str], scorable: np.ndarray, step_positions: list[int],
               entropies: np.ndarray, keep_top_k: int = QFS_TOP_K) -> list[str]:
     """DRAGIN's query formulation based on self-attention (QFS, its ``real_words`` query).

@@ -79,3 +79,14 @@ def scripted_model():
 @pytest.fixture(scope="session")
 def scripted_eager_model():
     return make_model(attn="eager", script=SCRIPT)
+
+
+#: a model that ignores the step format: free text, each sentence ending in 'z' (its full stop), no 'Step', no
+#: newline
+FREE_SCRIPT = {"\n": "Paris", "?": "Paris", "Paris": "is", "is": "the", "the": "capital", "capital": "z",
+               "z": "a", "a": "b", "b": "z"}
+
+
+@pytest.fixture(scope="session")
+def free_form_model():
+    return make_model(script=FREE_SCRIPT)

@@ -226,3 +226,69 @@ def test_a_closing_line_cannot_start_with_a_stop_token(scripted):
     closing = scripted.with_answer_prompt(HFState(s.question, s.front, s.transcript, 1, s.gen, done=True))
     (step, _), = scripted.next_step([closing])
     assert step.is_answer and step.content  # never "Answer:" with nothing after it
+
+
+def test_dragin_qfs_pass_on_an_hf_model(tok, scripted_eager_model, scripted):
+    """HFReasoner.qfs_pass: one eager pass over 'Question: …', the accepted steps and the step; headers and
+    newlines are not scorable; the step's content tokens are the trigger candidates; qfs_terms turns it into
+    content words of the question and text (the words of the lines, never a header)."""
+    from agents.signals.attention import qfs_terms
+
+    r = HFReasoner(scripted_eager_model, tok, HFReasonerConfig(max_step_tokens=8, attn_implementation="eager"))
+    p = r.qfs_pass("Paris is the capital ?", ["Step 1: a b"], "Step 2: Paris capital")
+    T = len(p["token_texts"])
+    assert p["attn"].shape == (T, T) and len(p["entropies"]) == T
+    words = [t.strip() for t, ok in zip(p["token_texts"], p["scorable"]) if ok]
+    assert words == ["Paris", "is", "the", "capital", "?", "a", "b", "Paris", "capital"]
+    assert [p["token_texts"][i].strip() for i in p["step_positions"]] == ["Paris", "capital"]
+    terms = qfs_terms(**p)
+    assert terms and set(terms) <= {"Paris", "capital", "a", "b"} and "Step" not in terms
+    with pytest.raises(ValueError, match="eager attention"):
+        scripted.qfs_pass("Paris ?", [], "Step 1: a")  # sdpa
+
+
+def _dot_segmenter(path):
+    """A tiny boundary segmenter trained on chains whose steps end with 'z' (the scripted model's full stop): it
+    learns that a step starts after one (the real one is `kairos bench segmenter`'s; this one trains in seconds)."""
+    from agents.boundary import SegmenterConfig, chain_example, train_segmenter
+
+    rng = np.random.default_rng(0)
+    words = ["a", "b", "c", "d", "e", "f", "g", "h", "x", "y", "Paris", "is", "the", "capital"]
+    chains = [chain_example([f"Step {i + 1} : " + " ".join(rng.choice(words, rng.integers(2, 6))) + " z"
+                             for i in range(rng.integers(2, 6))]) for _ in range(300)]
+    seg = train_segmenter(chains, SegmenterConfig(n_buckets=64, d_model=16, n_layers=1, n_heads=2, ff_dim=32,
+                                                  window=16, stride=8), epochs=20, seed=0)
+    return seg.save(path)
+
+
+def test_a_reasoner_that_writes_no_step_markers_is_cut_into_steps_by_the_segmenter(tok, free_form_model, tmp_path):
+    """Free-form chains: the scripted model writes 'Paris is the capital z a b z a b z …' (no 'Step', no newline);
+    with HFReasonerConfig.segmenter the step loop cuts it online where the segmenter predicts a step start — each
+    step one sentence — and no token is lost or written twice (the state holds the prompt and the steps' tokens,
+    and its KV cache continues the same text); without it the text is one step cut at max_step_tokens."""
+    seg = _dot_segmenter(tmp_path / "seg")
+    r = HFReasoner(free_form_model, tok, HFReasonerConfig(max_steps=6, max_step_tokens=12, segmenter=str(seg),
+                                                          use_chat_template=False))
+    s0 = r.start("x ?")
+    chain, state = [], s0
+    for _ in range(4):
+        (step, state), = r.next_step([state])
+        chain.append(step)
+    assert [s.text for s in chain] == ["Paris is the capital z", "a b z", "a b z", "a b z"]
+    assert all(s.finished and not s.is_answer for s in chain)
+    assert state.gen.ids == s0.gen.ids + [t for s in chain for t in s.token_ids]  # nothing lost or repeated
+    assert state.gen.n_cached == len(state.gen.ids) - 1
+    # the cut cache continues exactly like a fresh encoding of the same ids
+    from agents.reasoners.stepgen import GenState
+
+    (cont, _), = r.next_step([state])
+    fresh = type(state)(state.question, state.front, state.transcript, state.n_steps, GenState(list(state.gen.ids)))
+    (cont_fresh, _), = r.next_step([fresh])
+    assert cont.text == cont_fresh.text == "a b z" and np.allclose(cont.logprobs, cont_fresh.logprobs, atol=1e-5)
+    # without the segmenter: one line that never ends, cut at max_step_tokens
+    plain = HFReasoner(free_form_model, tok, HFReasonerConfig(max_steps=4, max_step_tokens=12,
+                                                              use_chat_template=False))
+    (one, _), = plain.next_step([plain.start("x ?")])
+    assert not one.finished and one.text.startswith("Paris is the capital z a b z")
+    with pytest.raises(ConfigError, match="no boundary segmenter"):
+        HFReasonerConfig(segmenter=str(tmp_path / "missing")).validate()
