@@ -327,7 +327,7 @@ def build_reasoner(config: EnvConfig, world: Any = None):
 
             world = load_artifact(config.artifact)
         return MicroReasoner(world, max_step_tokens=config.max_step_tokens,  # DRAGIN's RIND / QFS: eager attention
-                             capture_attentions="rind" in config.signals or "qfs" in config.query_modes)
+                             capture_attentions="rind" in config.signals, eager="qfs" in config.query_modes)
     from agents.reasoners.registry import make_reasoner
 
     extra = {}
@@ -335,7 +335,7 @@ def build_reasoner(config: EnvConfig, world: Any = None):
         if config.reasoner != "hf":  # eager attention, captured
             raise ValueError(f"EnvConfig.signals 'rind' / query mode 'qfs' (DRAGIN) need attentions; reasoner "
                              f"'{config.reasoner}' does not expose them (use reasoner 'hf' or the micro-world)")
-        extra = {"attn_implementation": "eager", "capture_attentions": True}
+        extra = {"attn_implementation": "eager", "capture_attentions": "rind" in config.signals}  # QFS: its own pass
     reasoner = make_reasoner(config.reasoner, max_step_tokens=config.max_step_tokens,
                              **{**config.reasoner_options, **extra})
     if "qfs" in config.query_modes and not callable(getattr(reasoner, "qfs_pass", None)):

@@ -40,7 +40,6 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from agents.reasoners.base import BranchingReasoner
 from agents.segmentation import parse_header
 from envs.cache_service import open_cache
 from envs.components import episode_fields, observation_groups
@@ -112,29 +111,6 @@ def usable_answer(rec: StepRecord | None) -> bool:
         return False
     h = parse_header(rec.content.strip())
     return not (h is not None and h.kind == "answer")
-
-
-def execute_requests(reasoner, requests: list[tuple]) -> list[tuple]:
-    """Serve generation requests of many envs with as few batched reasoner calls as possible.
-
-    A request is ``("next", state)`` or ``("regen", state, evidence, mode)``; the result of each is
-    ``(step, state_after)``, in request order. Reasoners with ``with_evidence`` serve both kinds in ONE
-    batched call; others get one ``next_step`` call plus one ``regenerate`` call per injection mode.
-    """
-    if isinstance(reasoner, BranchingReasoner):
-        states = [r[1] if r[0] == "next" else reasoner.with_evidence(r[1], r[2], r[3]) for r in requests]
-        return reasoner.next_step(states)
-    out: list[tuple | None] = [None] * len(requests)
-    nxt = [i for i, r in enumerate(requests) if r[0] == "next"]
-    if nxt:
-        for i, res in zip(nxt, reasoner.next_step([requests[i][1] for i in nxt])):
-            out[i] = res
-    for mode in sorted({r[3] for r in requests if r[0] == "regen"}):
-        idx = [i for i, r in enumerate(requests) if r[0] == "regen" and r[3] == mode]
-        res = reasoner.regenerate([requests[i][1] for i in idx], [requests[i][2] for i in idx], mode=mode)
-        for i, x in zip(idx, res):
-            out[i] = x
-    return out  # type: ignore[return-value]
 
 
 # ----------------------------------------------------------------------------------------- the decision loop
@@ -342,21 +318,19 @@ def _records(envs: list[RetrievalTimingEnv], kind: str, modes: list[int] | None 
             job["ranked_ids"] = tuple(p.id for p in hits[: cfg.top_k])
             job["evidence"] = tuple(ep.record.evidence) + tuple(texts)
             job["injected"] = sum(len(t.split()) for t in texts)
-    # one batched generation (a retrieval with nothing new to inject keeps its step: no generation)
+    # one batched generation (a retrieval with nothing new to inject keeps its step: no generation). A step is
+    # generated from its conditioned state (for a regeneration: the state with the evidence), and the signals that
+    # continue from the state (k-sample consistency, EigenScore, verbal confidence) sample from that same state
     gen = [j for j, job in enumerate(jobs) if kind != "retrieve" or job["passage_ids"]]
-    requests = [("regen", jobs[j]["before"], list(jobs[j]["evidence"]), cfg.injection) if kind == "retrieve"
-                else ("next", jobs[j]["before"]) for j in gen]
+    for j in gen:
+        jobs[j]["cond"] = (c.reasoner.with_evidence(jobs[j]["before"], list(jobs[j]["evidence"]), cfg.injection)
+                           if kind == "retrieve" else jobs[j]["before"])
     own = (time.perf_counter() - t0) / len(miss)
-    for j, (step, after) in zip(gen, execute_requests(c.reasoner, requests) if requests else []):
+    for j, (step, after) in zip(gen, c.reasoner.next_step([jobs[j]["cond"] for j in gen]) if gen else []):
         jobs[j]["step"], jobs[j]["after"] = step, after
-    # signals, labels → the new records (cached: one put of them all). Signals that continue from the state
-    # (k-sample consistency, EigenScore, verbal confidence) sample from the state the step was generated from: for
-    # a regeneration, the one with the evidence; EigenScore's samples of every new step in one batched call
-    for job in jobs:
-        if "step" in job:
-            job["cond"] = (c.reasoner.with_evidence(job["before"], list(job["evidence"]), cfg.injection)
-                           if kind == "retrieve" else job["before"])
-    c.precompute([job["step"] for job in jobs if "step" in job], [job["cond"] for job in jobs if "step" in job])
+    # signals, labels → the new records (cached: one put of them all); EigenScore's samples of every new step in
+    # one batched call
+    c.precompute([jobs[j]["step"] for j in gen], [jobs[j]["cond"] for j in gen])
     new: list[tuple] = []
     for i, job in zip(miss, jobs):
         e, t1 = envs[i], time.perf_counter()

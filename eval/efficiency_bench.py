@@ -152,10 +152,10 @@ def run(args: argparse.Namespace) -> int:
     from envs.components import build_components
     from envs.env_config import EnvConfig
     from envs.io import write_json, write_text
-    from eval.service_bench import _env_config
+    from eval.service_bench import train_env_config
 
     torch.set_num_threads(1)
-    comps = build_components(EnvConfig.from_dict(_env_config(args)))
+    comps = build_components(EnvConfig.from_dict(train_env_config(args)))
     log.info("efficiency bench: %s, %d questions", comps.config.reasoner, args.questions)
     pairs = injection_states(comps, args.questions, args.max_steps)
     if pairs:  # warm-up outside the timing (lazy inits, allocator)

@@ -111,7 +111,7 @@ class _Runner:
                 "peak_rss_mb": ru.ru_maxrss / 1024, "pid": os.getpid()}
 
 
-def _env_config(args) -> dict:
+def train_env_config(args) -> dict:
     """The training config's env (its preset merged with its env_config), with an in-memory cache."""
     import yaml
 
@@ -299,7 +299,7 @@ def _main(args) -> int:
 
     from envs.io import write_json
 
-    env_config = _env_config(args)
+    env_config = train_env_config(args)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     repo = str(Path(__file__).resolve().parents[1])
     # logical CPUs: every runner and the replica get one slot (a real cluster sizes these to its cores)

@@ -39,15 +39,15 @@ class MicroReasoner:
     """Step-wise greedy reasoner over a loaded :class:`~envs.microworld.artifact.MicroWorld`."""
 
     def __init__(self, world, max_step_tokens: int = 24, capture_hidden: bool = True, max_batch: int = 64,
-                 capture_attentions: bool = False):
+                 capture_attentions: bool = False, eager: bool = False):
         """``capture_attentions``: steps carry ``meta["attn_received"]`` and ``meta["token_texts"]`` (DRAGIN's
-        RIND) — the world's model is switched to eager attention (sdpa cannot return attention weights); its
-        greedy steps can differ from sdpa's in rare near-ties, so envs that capture have their own cache
-        namespace (the signal list is part of it)."""
+        RIND); it implies ``eager``: the world's model is switched to eager attention (sdpa cannot return attention
+        weights; DRAGIN's QFS pass needs it too). Eager greedy steps can differ from sdpa's in rare near-ties, so
+        envs that use it have their own cache namespace (signals and query modes are part of it)."""
         self.world = world
         self.model = world.model
         self.capture_attentions = bool(capture_attentions)
-        if self.capture_attentions and getattr(self.model.config, "_attn_implementation", None) != "eager":
+        if (eager or self.capture_attentions) and getattr(self.model.config, "_attn_implementation", None) != "eager":
             self.model.set_attn_implementation("eager")
         self.capabilities = Capabilities(hidden_states=True, logprobs=True, attentions=self.capture_attentions,
                                          sampling=True)
