@@ -7,7 +7,7 @@ PYTHON ?= python3.11
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 OUT ?= runs/quickstart
-PYTEST_ARGS ?=
+PYTEST_ARGS ?= --durations=25
 BIN := $(VENV)/bin
 
 .PHONY: setup quickstart test test-fast lint clean-venv

@@ -41,6 +41,10 @@ class Components:
     namespace: str
     feature_dims: dict[str, int] = field(default_factory=dict)
     probes: dict[str, Any] = field(default_factory=dict)   # name -> callable(step, state) -> probability
+    prefetcher: Any = None  # agents.retrievers.cache.Prefetcher when EnvConfig.prefetch (retriever is then cached)
+    #: wall seconds and new records per env phase (start | next | retrieve | close), summed over the envs sharing
+    #: these components: what a retrieval call costs end to end (search, injection, regeneration, its signals)
+    phase_seconds: dict[str, list] = field(default_factory=dict)
 
     @property
     def has_labels(self) -> bool:
@@ -171,7 +175,30 @@ def build_components(config: EnvConfig) -> Components:
     """Components of an env config: the builder its task registered (:data:`envs.tasks.TASKS`)."""
     from envs.tasks import TASKS
 
+    if config.pulse_layers_from:
+        config = config.replace(pulse_layers=probe_pulse_layers(config), pulse_layers_from=None)
     return TASKS.get(TASKS.check(config.task, "EnvConfig.task"))(config)
+
+
+def probe_pulse_layers(config: EnvConfig) -> list[int]:
+    """The PUlSE interval recorded with the probe ``pulse_layers_from`` names (its ``spec.layers``); an error naming
+    the file when it is not a PUlSE probe, or when ``pulse_layers`` asks for another interval."""
+    import json
+    from pathlib import Path
+
+    meta = Path(config.pulse_layers_from) / "probe.json"
+    if not meta.is_file():
+        raise FileNotFoundError(f"EnvConfig.pulse_layers_from: no probe at {config.pulse_layers_from} (missing "
+                                "probe.json; train one with `kairos probe train --signal pulse --layers chosen --out …`)")
+    spec = json.loads(meta.read_text()).get("spec", {})
+    if spec.get("signal") != "pulse" or not spec.get("layers"):
+        raise ValueError(f"EnvConfig.pulse_layers_from: {meta} is a '{spec.get('signal')}' probe, not a PUlSE one "
+                         "with a layer interval")
+    layers = [int(x) for x in spec["layers"]]
+    if config.pulse_layers and list(config.pulse_layers) != layers:
+        raise ValueError(f"EnvConfig: pulse_layers {config.pulse_layers} disagrees with the interval {layers} recorded "
+                         f"in {meta}; set one of them")
+    return layers
 
 
 def rsus_weights(config: EnvConfig) -> tuple[float, float, float]:
@@ -254,7 +281,8 @@ def _namespace(kind: str, identity, config: EnvConfig) -> str:
     outcome_fields = {k: v for k, v in config.to_dict().items()
                       if k not in ("costs", "cost_params", "cache_path", "split", "max_questions", "querygen",
                                    "fact_holdout", "artifact", "data_path", "corpus", "answer_closing",
-                                   "reasoner_service", "cache_service", "retriever_service")}  # transport only
+                                   "reasoner_service", "cache_service", "retriever_service",
+                                   "prefetch", "prefetch_queries", "kv_reuse", "pulse_layers_from")}  # transport / speed only
     if config.probes:
         outcome_fields["probes"] = {n: content_fingerprint(p) for n, p in sorted(config.probes.items())}
     # transport settings of a backend decide how long a request may take, never what it returns
@@ -361,6 +389,8 @@ def model_side_signals(config: EnvConfig, reasoner) -> tuple[Any, dict[str, Any]
     env builds them: what a reasoner service computes next to the model, so a step travels with its features and
     without its per-layer hidden states (:mod:`envs.services`)."""
     n_layers, hidden = model_facts(reasoner)
+    if config.pulse_layers_from:  # as build_components
+        config = config.replace(pulse_layers=probe_pulse_layers(config), pulse_layers_from=None)
     if config.reasoner == "micro":
         from envs.microworld.artifact import world_model_id
 
@@ -390,7 +420,7 @@ def qa_components(config: EnvConfig, task: Any = None) -> Components:
     else:
         corpus = task.corpus()
     reasoner = build_reasoner(config)
-    retriever = env_retriever(config, corpus)
+    retriever, prefetcher = with_prefetch(config, env_retriever(config, corpus))
     n_layers, hidden = model_facts(reasoner)
     from agents.reasoners.registry import reasoner_model_id
 
@@ -409,7 +439,7 @@ def qa_components(config: EnvConfig, task: Any = None) -> Components:
         probes = {name: DETECTORS.make("probe", path, expected_model_id=mid) for name, path in config.probes.items()}
     return Components(config, task, reasoner, retriever, QueryGenerator(list(config.query_modes)), extractor,
                       _namespace(config.reasoner, [ident, corpus.fingerprint(), _task_file(task)], config),
-                      feature_dims, probes)
+                      feature_dims, probes, prefetcher)
 
 
 def _index_fingerprint(path: str) -> str:
@@ -453,6 +483,19 @@ def env_corpus(config: EnvConfig):
     from envs.qa_task import QATask
 
     return QATask(config.task, config.split, config.data_path).corpus(config.corpus)
+
+
+def with_prefetch(config: EnvConfig, retriever, relations=()) -> tuple[Any, Any]:
+    """``(retriever, prefetcher)``: with ``EnvConfig.prefetch`` the retriever behind an in-memory query cache and a
+    background :class:`~agents.retrievers.cache.Prefetcher` that fills it (``relations``: those every prefetch
+    tries, besides the question's own); otherwise the retriever as it is and ``None``."""
+    if not config.prefetch:
+        return retriever, None
+    from agents.retrievers.cache import CachedRetriever, Prefetcher
+
+    cached = CachedRetriever(retriever)
+    return cached, Prefetcher(cached, relations=relations, k=config.top_k, max_queries=config.prefetch_queries,
+                              background=True)
 
 
 def task_retriever(config: EnvConfig, corpus):  # shared by the real-data and micro-world tasks
@@ -500,7 +543,7 @@ def microworld_components(config: EnvConfig) -> Components:
     task = MicroWorldTask(world, config.split, config.fact_holdout or None)
     reasoner = build_reasoner(config, world)
     corpus = world.corpus()
-    retriever = env_retriever(config, corpus)
+    retriever, prefetcher = with_prefetch(config, env_retriever(config, corpus), world.config.world.relations)
     querygen = QueryGenerator(list(config.query_modes))
     n_layers = world.model.config.num_hidden_layers
     if not config.pulse_layers:
@@ -520,4 +563,4 @@ def microworld_components(config: EnvConfig) -> Components:
     from envs.microworld.artifact import artifact_fingerprint
 
     ns = _namespace("micro", [world.train_info, artifact_fingerprint(world.path)], config)
-    return Components(config, task, reasoner, retriever, querygen, extractor, ns, feature_dims, probes)
+    return Components(config, task, reasoner, retriever, querygen, extractor, ns, feature_dims, probes, prefetcher)

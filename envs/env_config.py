@@ -38,6 +38,16 @@ class EnvConfig(ConfigBase):
     injection: str = helpf("step", "where evidence goes: step (right before the regenerated step) | front")
     compress_evidence: bool = helpf(False, "keep only the evidence sentences the flagged step attends to "
                                     "(relative attention importance >= tau_rel; agents.compression)")
+    prefetch: bool = helpf(False, "speculative prefetch: after each retrieval, search ahead on a background thread "
+                                  "for the next step's likely queries (the retrieved passages' entities x the "
+                                  "question's and the task's relations, phrased as the info_need mode asks) so the next "
+                                  "lookup can be a cache hit (agents.retrievers.cache.Prefetcher). Same results: not "
+                                  "part of the cache namespace")
+    prefetch_queries: int = helpf(16, "speculative prefetch: at most this many queries searched ahead per retrieval")
+    kv_reuse: bool = helpf(True, "regenerate a step from the live state's KV cache (only the evidence is prefilled); "
+                                 "false re-encodes the whole prefix, as an integration that re-prompts the model does "
+                                 "(same output; the efficiency benchmark's naive setting). Not part of the cache "
+                                 "namespace")
     self_refine: str | None = helpf(None, "SeaKR's self-aware refinement: 'eigenscore' — after a retrieval, keep "
                                           "whichever of the original and the evidence-conditioned step has the lower "
                                           "EigenScore (needs signals 'eigen'); null: the regenerated step stands")
@@ -58,7 +68,12 @@ class EnvConfig(ConfigBase):
                                                                  "eager attention; micro or hf), content (question_embedding, "
                                                                  "step_embedding, context_embedding: what the "
                                                                  "step is about, from the generation pass)")
-    pulse_layers: list[int] | None = helpf(None, "PUlSE layer interval [a, b] (default: the whole stack)")
+    pulse_layers: list[int] | None = helpf(None, "PUlSE layer interval [a, b] (default: the whole stack, or the "
+                                                 "interval of pulse_layers_from)")
+    pulse_layers_from: str | None = helpf(None, "a PUlSE probe directory: the observation's PUlSE features use the "
+                                                "interval recorded with it (`kairos probe train --signal pulse "
+                                                "--layers chosen` picks it on validation); the interval, not the "
+                                                "path, is part of the cache namespace")
     content_layers: list[int] | None = helpf(None, "layers of the content embeddings (group 'content': question, "
                                                    "step and context embeddings from the reasoner's own hidden "
                                                    "states; default: the middle and the last layer)")
@@ -100,6 +115,11 @@ class EnvConfig(ConfigBase):
         if self.self_refine and "eigen" not in self.signals:
             raise ConfigError("EnvConfig: self_refine 'eigenscore' compares the EigenScore of two steps: add 'eigen' "
                               "to signals")
+        if self.prefetch_queries < 1:
+            raise ConfigError(f"EnvConfig: prefetch_queries must be >= 1, got {self.prefetch_queries}")
+        if self.prefetch and self.retriever_service is not None:
+            raise ConfigError("EnvConfig: prefetch fills the env's own query cache; with retriever_service set the "
+                              "searches run in the service — set prefetch: false")
         if self.max_retrievals_per_step < 1:
             raise ConfigError("EnvConfig: max_retrievals_per_step must be >= 1")
         if self.cache_service is not None:

@@ -307,6 +307,8 @@ def _records(envs: list[RetrievalTimingEnv], kind: str, modes: list[int] | None 
         for i, job, hits in zip(miss, jobs, ranked):
             ep = envs[i].ep
             chosen = select_passages(hits, ep.used, SelectionConfig(top_k=cfg.top_k))
+            if c.prefetcher is not None:  # search the next step's likely queries while this step regenerates
+                c.prefetcher.after_retrieval(chosen, c.question_text(ep.q))
             texts = [p.text for p in chosen]
             job["compression"] = None
             if cfg.compress_evidence and texts:
@@ -325,6 +327,8 @@ def _records(envs: list[RetrievalTimingEnv], kind: str, modes: list[int] | None 
     for j in gen:
         jobs[j]["cond"] = (c.reasoner.with_evidence(jobs[j]["before"], list(jobs[j]["evidence"]), cfg.injection)
                            if kind == "retrieve" else jobs[j]["before"])
+        if kind == "retrieve" and not cfg.kv_reuse:  # naive integration: the whole prompt is encoded again
+            jobs[j]["cond"] = c.reasoner.restore(c.reasoner.snapshot(jobs[j]["cond"]))
     own = (time.perf_counter() - t0) / len(miss)
     for j, (step, after) in zip(gen, c.reasoner.next_step([jobs[j]["cond"] for j in gen]) if gen else []):
         jobs[j]["step"], jobs[j]["after"] = step, after
@@ -359,6 +363,9 @@ def _records(envs: list[RetrievalTimingEnv], kind: str, modes: list[int] | None 
         new.append((c.question_id(ep.q), ep.prefix, rec))
         out[i] = rec
     cache.put_many(new)
+    spent = c.phase_seconds.setdefault(kind, [0.0, 0])  # wall time of this phase's new records (efficiency bench)
+    spent[0] += time.perf_counter() - t0
+    spent[1] += len(miss)
     return out  # type: ignore[return-value]
 
 

@@ -175,3 +175,23 @@ def test_dragin_qfs_query_on_the_microworld():
     text = (info["question"] + " " + info["step_text"]).split()
     assert [w for w in text if w in words] and all(w in text for w in words)
     assert q == env.c.qfs(info["question"], [], info["step_text"])
+
+
+def test_pulse_interval_from_a_probe_sets_the_observation(tmp_path):
+    """``pulse_layers_from``: the env's PUlSE features use the interval recorded with the probe (a narrower interval,
+    fewer PUlSE features), and that interval — not the probe's path — is in the cache namespace."""
+    import json
+
+    from envs.components import build_components
+    from envs.env_config import EnvConfig
+
+    probe = tmp_path / "pulse"
+    probe.mkdir()
+    (probe / "probe.json").write_text(json.dumps({"spec": {"signal": "pulse", "layers": [2, 5]}}))
+    base = {"split": "dev", "signals": ["pulse", "output"]}
+    whole = build_components(EnvConfig.from_dict(base))
+    chosen = build_components(EnvConfig.from_dict({**base, "pulse_layers_from": str(probe)}))
+    same = build_components(EnvConfig.from_dict({**base, "pulse_layers": [2, 5]}))
+    assert chosen.config.pulse_layers == [2, 5] and whole.config.pulse_layers == [0, 6]
+    assert chosen.feature_dims["pulse"] < whole.feature_dims["pulse"]
+    assert chosen.namespace == same.namespace != whole.namespace

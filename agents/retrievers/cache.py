@@ -324,6 +324,9 @@ class Prefetcher:
         queries = self.candidates(passages, question)
         self.issued += len(queries)
         if self._pool is not None:
+            for f in [f for f in self._pending if f.done()]:  # finished ones: surface their errors, then forget
+                self._pending.remove(f)
+                f.result()
             self._pending.append(self._pool.submit(self.retriever.prefetch, queries, self.k))
             return len(queries)
         return self.retriever.prefetch(queries, self.k)

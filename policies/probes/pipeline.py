@@ -37,7 +37,9 @@ class ProbeTrainConfig(ConfigBase):
                                 "the labels were made with")
     benefit_split: str = helpf("dev[0:500:2]", "with benefit_labels: the env question split of the labels")
     out: str = helpf("", "directory to save the probe in")
-    layers: str = helpf("", "PUlSE layer interval 'a,b' over hidden rows 0..L (empty: middle of the stack)")
+    layers: str = helpf("", "PUlSE layer interval 'a,b' over hidden rows 0..L (empty: middle of the stack), or "
+                            "'chosen': a probe per interval [a, b] (every one with b - a >= 2), the best validation "
+                            "AUROC kept, as the PUlSE paper's Figure 4 protocol; the search is recorded with the probe")
     pooling: str = helpf("", "hidden-state pooling: mean | last (empty: mean for pulse, last for reprobe)")
     parts: str = helpf("both", "PUlSE features: both | magnitude | angle (ablations)")
     split: str = helpf("question", "train/val split: question (group split) | entity (entity-disjoint)")
@@ -66,7 +68,9 @@ class ProbeTrainConfig(ConfigBase):
             raise ConfigError(f"ProbeTrainConfig: unknown pooling '{self.pooling}' (valid: mean, last)")
         if self.parts not in ("both", "magnitude", "angle"):
             raise ConfigError(f"ProbeTrainConfig: unknown parts '{self.parts}' (valid: both, magnitude, angle)")
-        if self.layers:
+        if self.layers == "chosen" and self.signal != "pulse":
+            raise ConfigError(f"ProbeTrainConfig: layers 'chosen' searches PUlSE intervals; signal is '{self.signal}'")
+        if self.layers and self.layers != "chosen":
             parse_layers(self.layers)
 
     def fit_config(self):
@@ -94,6 +98,8 @@ def make_spec(cfg: ProbeTrainConfig, n_layers: int, model_id: str | None = None)
     from policies.probes.probe import FeatureSpec
 
     if cfg.signal == "pulse":
+        if cfg.layers == "chosen":
+            raise ConfigError("make_spec: layers 'chosen' is resolved by train_probe's interval search")
         layers = parse_layers(cfg.layers) if cfg.layers else default_interval(n_layers, model_id)
         if layers[1] > n_layers:
             raise ConfigError(f"layer interval {list(layers)} exceeds the model's rows 0..{n_layers}")
@@ -175,15 +181,19 @@ def train_probe(cfg: ProbeTrainConfig) -> tuple[Any, dict[str, Any]]:
         model_id = world_model_id(world)
         ds = build_step_dataset(world, cfg.question_split, cfg.n_questions or None, cfg.seed, cache)
     n_layers = ds.hidden_mean.shape[1] - 1
-    spec = make_spec(cfg, n_layers, model_id)
-    X = spec.compute(hidden_mean=ds.hidden_mean, hidden_last=ds.hidden_last, texts=ds.contents.tolist())
     if cfg.split == "question":
         tr, va = group_split(ds.question_ids, cfg.val_frac, cfg.seed)
     else:
         tr, va = entity_disjoint_split(ds.subjects, cfg.val_frac, cfg.seed)
+    search = None
+    if cfg.layers == "chosen":  # PUlSE's Figure 4 protocol: the interval with the best validation AUROC
+        search = choose_interval(cfg, ds, tr, va, n_layers, model_id)
+        cfg = cfg.replace(layers=",".join(map(str, search["chosen"])))
+    spec = make_spec(cfg, n_layers, model_id)
+    X = spec.compute(hidden_mean=ds.hidden_mean, hidden_last=ds.hidden_last, texts=ds.contents.tolist())
     arch = default_arch(spec, X.shape[1], tuple(ds.hidden_last.shape[1:]))
     info = {"artifact": str(world.path) if world is not None else None, "dataset": ds.meta, "split": cfg.split, "val_frac": cfg.val_frac,
-            "train_config": cfg.to_dict()}
+            "train_config": cfg.to_dict(), **({"interval_search": search} if search else {})}
     probe, hist = fit_probe(spec, X, ds.labels, tr, va, model_id=model_id, arch=arch, fit=cfg.fit_config(),
                             threshold=cfg.threshold, info=info)
     report: dict[str, Any] = {
@@ -192,6 +202,7 @@ def train_probe(cfg: ProbeTrainConfig) -> tuple[Any, dict[str, Any]]:
                  "error_rate": float(ds.labels.mean()),
                  "labels": {str(k): int(v) for k, v in zip(*np.unique(ds.label_names, return_counts=True))}},
         "fit": {"best_epoch": hist["best_epoch"], "epochs": hist["epochs"]},
+        **({"interval_search": search} if search else {}),
         "val": detection_report(ds, probe.predict_proba(X[va]), va, tr, cfg.threshold, cfg.n_boot, cfg.seed),
     }
     ev = None
@@ -215,6 +226,37 @@ def train_probe(cfg: ProbeTrainConfig) -> tuple[Any, dict[str, Any]]:
     return probe, report
 
 
+def candidate_intervals(n_layers: int) -> list[tuple[int, int]]:
+    """PUlSE intervals ``[a, b]`` over rows ``0..n_layers`` with ``b - a >= 2`` (a trajectory needs two
+    transitions for an angle); above 10 layers every ``ceil(n_layers / 10)``-th boundary (and the last), so a
+    28-layer model tries 55 intervals, not 350."""
+    stride = max(1, math.ceil(n_layers / 10))
+    rows = sorted({*range(0, n_layers + 1, stride), n_layers})
+    return [(a, b) for i, a in enumerate(rows) for b in rows[i + 1:] if b - a >= 2]
+
+
+def choose_interval(cfg: ProbeTrainConfig, ds, tr: np.ndarray, va: np.ndarray, n_layers: int,
+                    model_id: str | None) -> dict[str, Any]:
+    """Fit a PUlSE probe per :func:`candidate_intervals` on ``tr`` (early stopping on ``va``) and keep the one with
+    the best validation AUROC (ties: the narrower, then the earlier interval). Returns ``{"on": "validation",
+    "chosen": [a, b], "val_auroc": {"a,b": AUROC}}``; no test data is read."""
+    from policies.probes.probe import default_arch, fit_probe
+
+    scores: dict[str, float] = {}
+    for a, b in candidate_intervals(n_layers):
+        spec = make_spec(cfg.replace(layers=f"{a},{b}"), n_layers, model_id)
+        X = spec.compute(hidden_mean=ds.hidden_mean, hidden_last=ds.hidden_last, texts=ds.contents.tolist())
+        _, hist = fit_probe(spec, X, ds.labels, tr, va, model_id=model_id,
+                            arch=default_arch(spec, X.shape[1], tuple(ds.hidden_last.shape[1:])),
+                            fit=cfg.fit_config(), threshold=cfg.threshold)
+        scores[f"{a},{b}"] = float(hist["best_val_auroc"])
+    best = max(scores, key=lambda k: (scores[k], -(int(k.split(",")[1]) - int(k.split(",")[0])),
+                                      -int(k.split(",")[0])))
+    log.info("PUlSE interval chosen on validation: [%s] (AUROC %.4f of %d candidates)", best, scores[best],
+             len(scores))
+    return {"on": "validation", "chosen": [int(x) for x in best.split(",")], "val_auroc": scores}
+
+
 def _concat(a, b):
     from policies.probes.dataset import _ARRAYS, StepDataset
 
@@ -235,6 +277,11 @@ def format_report(report: dict[str, Any]) -> str:
     con.print(f"steps {d['steps']} (train {d['train_steps']}, val {d['val_steps']}), error rate "
               f"{d['error_rate']:.3f}, labels {d['labels']}; best epoch {report['fit']['best_epoch'] + 1} "
               f"of {report['fit']['epochs']}")
+    if report.get("interval_search"):
+        sr = report["interval_search"]
+        top = sorted(sr["val_auroc"].items(), key=lambda kv: -kv[1])[:5]
+        con.print(f"PUlSE interval chosen on validation: {sr['chosen']} of {len(sr['val_auroc'])} candidates "
+                  f"(best validation AUROCs: {', '.join(f'[{k}] {v:.4f}' for k, v in top)})")
     for part in ("val", "eval"):
         if part not in report:
             continue

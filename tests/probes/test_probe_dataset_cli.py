@@ -153,3 +153,44 @@ def test_cli_errors_are_one_clear_line(tmp_path, capsys):
     assert "unknown signal 'plse'" in capsys.readouterr().err
     assert main(["probe", "train", "--layers", "5,2", "--out", str(tmp_path / "o")]) == 2
     assert "0 <= a < b" in capsys.readouterr().err
+
+
+def test_pulse_interval_chosen_on_validation(tmp_path):
+    """``layers: chosen`` fits a probe per interval and keeps the best validation AUROC: the errors' signal sits in
+    the 3 -> 4 transition only, so every interval without it is near chance and the chosen one ends at row 4; the
+    env reads the interval recorded with the probe (``pulse_layers_from``)."""
+    from envs.components import probe_pulse_layers
+    from envs.env_config import EnvConfig
+    from policies.probes.pipeline import ProbeTrainConfig, candidate_intervals, choose_interval
+
+    assert candidate_intervals(4) == [(0, 2), (0, 3), (0, 4), (1, 3), (1, 4), (2, 4)]
+    assert len(candidate_intervals(28)) < 80 and (0, 28) in candidate_intervals(28)
+    rng = np.random.default_rng(0)
+    n = 600
+    y = rng.integers(0, 2, n).astype(np.int8)
+    h = np.cumsum(rng.normal(size=(n, 5, 16)), axis=1).astype(np.float32)  # random-walk trajectories
+    h[:, 4] = h[:, 3] + rng.normal(size=(n, 16)) * (0.3 + 1.5 * y[:, None])  # errors: a big last transition
+    ds = StepDataset(hidden_mean=h, hidden_last=h, output=np.ones((n, 4), np.float32), labels=y,
+                     label_names=np.where(y == 1, "wrong", "correct"), error_kinds=np.where(y == 1, "unseen", ""),
+                     question_ids=np.arange(n).astype(str), subjects=np.full(n, "A"), relations=np.full(n, "mother"),
+                     step_index=np.ones(n, np.int16), hops=np.ones(n, np.int8), question_correct=np.zeros(n, bool),
+                     contents=np.array(["A 's mother is B ."] * n), meta={})
+    cfg = ProbeTrainConfig(layers="chosen", max_epochs=40, patience=10, n_boot=0)
+    search = choose_interval(cfg, ds, np.arange(400), np.arange(400, n), 4, "synthetic")
+    auc = search["val_auroc"]
+    assert search["on"] == "validation" and set(auc) == {f"{a},{b}" for a, b in candidate_intervals(4)}
+    assert search["chosen"][1] == 4 and auc[",".join(map(str, search["chosen"]))] == max(auc.values()) > 0.85
+    assert max(auc["0,2"], auc["0,3"], auc["1,3"]) < 0.65  # without the 3 -> 4 transition: near chance
+    # the env takes the interval recorded with a probe; a disagreeing explicit one is an error naming both
+    probe = tmp_path / "pulse"
+    probe.mkdir()
+    (probe / "probe.json").write_text(json.dumps({"spec": {"signal": "pulse", "layers": search["chosen"]}}))
+    cfg_env = EnvConfig(pulse_layers_from=str(probe))
+    assert probe_pulse_layers(cfg_env) == search["chosen"]
+    with pytest.raises(ValueError, match=r"disagrees with the interval"):
+        probe_pulse_layers(cfg_env.replace(pulse_layers=[0, 1]))
+    (probe / "probe.json").write_text(json.dumps({"spec": {"signal": "reprobe"}}))
+    with pytest.raises(ValueError, match="not a PUlSE one"):
+        probe_pulse_layers(cfg_env)
+    with pytest.raises(ValueError, match="'chosen' searches PUlSE intervals"):
+        ProbeTrainConfig.from_dict({"signal": "reprobe", "layers": "chosen"})
