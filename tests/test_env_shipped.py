@@ -45,6 +45,7 @@ def test_oracle_labels_fix_errors(env):
     assert oracle > never
 
 
+@pytest.mark.slow  # ~35 s on 2 CPUs (trains a probe on the shipped world)
 def test_probe_signal_through_the_env_and_mismatch_error(tmp_path, tiny_world):
     import subprocess
     import sys
