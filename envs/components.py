@@ -175,9 +175,14 @@ def build_components(config: EnvConfig) -> Components:
     """Components of an env config: the builder its task registered (:data:`envs.tasks.TASKS`)."""
     from envs.tasks import TASKS
 
-    if config.pulse_layers_from:
-        config = config.replace(pulse_layers=probe_pulse_layers(config), pulse_layers_from=None)
-    return TASKS.get(TASKS.check(config.task, "EnvConfig.task"))(config)
+    return TASKS.get(TASKS.check(config.task, "EnvConfig.task"))(with_probe_pulse_layers(config))
+
+
+def with_probe_pulse_layers(config: EnvConfig) -> EnvConfig:
+    """``config`` with ``pulse_layers_from`` resolved into ``pulse_layers`` (unchanged when it is unset)."""
+    if not config.pulse_layers_from:
+        return config
+    return config.replace(pulse_layers=probe_pulse_layers(config), pulse_layers_from=None)
 
 
 def probe_pulse_layers(config: EnvConfig) -> list[int]:
@@ -389,8 +394,7 @@ def model_side_signals(config: EnvConfig, reasoner) -> tuple[Any, dict[str, Any]
     env builds them: what a reasoner service computes next to the model, so a step travels with its features and
     without its per-layer hidden states (:mod:`envs.services`)."""
     n_layers, hidden = model_facts(reasoner)
-    if config.pulse_layers_from:  # as build_components
-        config = config.replace(pulse_layers=probe_pulse_layers(config), pulse_layers_from=None)
+    config = with_probe_pulse_layers(config)  # as build_components
     if config.reasoner == "micro":
         from envs.microworld.artifact import world_model_id
 

@@ -229,7 +229,7 @@ def train_probe(cfg: ProbeTrainConfig) -> tuple[Any, dict[str, Any]]:
 def candidate_intervals(n_layers: int) -> list[tuple[int, int]]:
     """PUlSE intervals ``[a, b]`` over rows ``0..n_layers`` with ``b - a >= 2`` (a trajectory needs two
     transitions for an angle); above 10 layers every ``ceil(n_layers / 10)``-th boundary (and the last), so a
-    28-layer model tries 55 intervals, not 350."""
+    28-layer model tries 54 intervals, not 350."""
     stride = max(1, math.ceil(n_layers / 10))
     rows = sorted({*range(0, n_layers + 1, stride), n_layers})
     return [(a, b) for i, a in enumerate(rows) for b in rows[i + 1:] if b - a >= 2]
