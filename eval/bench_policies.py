@@ -425,7 +425,7 @@ def _calibrate(m: MethodSpec, runner: Runner, dev: range, grid: list[float], mod
     for mode in modes:
         for t in grid:
             r = runner.run(make_trigger(m, threshold=t), "dev", dev, tag=_tag(m.name, mode, f"{t:.6g}"), env=m.env,
-                           mode=mode)
+                           mode=mode, querygen=m.querygen)
             sweep.append({"threshold": t, "mode": mode, "accuracy": r["accuracy"], "calls": r["calls_per_question"],
                           "reward": r["reward"]})
     return max(sweep, key=lambda s: (s["reward"], -s["calls"])), sweep
@@ -481,7 +481,7 @@ def _run_method(m: MethodSpec, runner: Runner, cot_dev, dev, test, results, cali
         calib[m.name] = {"grid": list(m.thresholds or PROB_GRID), "sweep": sweep, "chosen": chosen,
                          "dev_reward": best["reward"]}
         res = runner.run(make_trigger(m, threshold=chosen), "test", test, tag=_tag(m.name, mode, f"{chosen:.6g}"),
-                         env=m.env, mode=mode)
+                         env=m.env, mode=mode, querygen=m.querygen)
         res["threshold"] = chosen
         return res
     if m.kind == "single" and not m.query_mode:  # Single RAG as published: ONE retrieval, the question as query
@@ -512,7 +512,7 @@ def _select_learned(m: MethodSpec, runner: Runner, dev: range, test: range, cali
     for c in snapshot_candidates(m.path):
         spec = dataclasses.replace(m, path=str(c), select_on_dev=False)
         r = runner.run(make_trigger(spec), "dev", dev, tag=_tag(m.name, mode, f"{c.parent.name}_{c.name}"), env=m.env,
-                       mode=mode)
+                       mode=mode, querygen=m.querygen)
         sweep.append({"path": str(c), "accuracy": r["accuracy"], "calls": r["calls_per_question"],
                       "reward": r["accuracy"] - lam * r["calls_per_question"]})
     best = max(sweep, key=lambda s: (s["reward"], -s["calls"]))
@@ -521,7 +521,7 @@ def _select_learned(m: MethodSpec, runner: Runner, dev: range, test: range, cali
              len(sweep))
     spec = dataclasses.replace(m, path=best["path"], select_on_dev=False)
     res = runner.run(make_trigger(spec), "test", test, tag=_tag(m.name, mode, Path(best["path"]).name), env=m.env,
-                     mode=mode)
+                     mode=mode, querygen=m.querygen)
     res["selected"] = best["path"]
     return res
 
@@ -609,7 +609,8 @@ def summarize(cfg: BenchConfig, runner: Runner, results: dict[str, dict], calib:
             "threshold": r.get("threshold"), "curve": r.get("curve"),
             "lambda": m.lam if m.kind == "learned" else None,
             "harm_rate": (float(np.mean(qual[name] < qual[ref] - 1e-9)) if ref and name != ref else None),
-            "query_mode": r.get("query_mode") or m.query_mode, "dev_reward": calib.get(name, {}).get("dev_reward"),
+            "query_mode": r.get("query_mode") or m.query_mode or ("policy's QueryGen head" if m.querygen else None),
+            "dev_reward": calib.get(name, {}).get("dev_reward"),
             # the task's answer metrics (F1 and EM; lenient and strict accuracy) and how the episodes ended
             "metrics": r.get("metrics"), "no_answer_share": r.get("no_answer_share"),
             "closed_share": r.get("closed_share"),

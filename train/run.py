@@ -399,7 +399,7 @@ def train(cfg: TrainConfig, resume: bool = False, stop_after: int | None = None,
                                                                        or it >= cfg.iterations):
                     from policies.rl.export import export_policy
 
-                    export_policy(learner_net(algo), out / "snapshots" / f"iter_{it:04d}", heads=("retrieve",),
+                    export_policy(learner_net(algo), out / "snapshots" / f"iter_{it:04d}", heads=("retrieve", "query"),
                                   extra={"name": f"{cfg.name}-iter{it}", "iteration": it})
         if not list_checkpoints(ckpt_dir) or int(list_checkpoints(ckpt_dir)[-1].name[len(CKPT_PREFIX):]) != algo.iteration:
             save_checkpoint(algo, ckpt_dir, cfg.keep_checkpoints)

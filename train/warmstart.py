@@ -12,11 +12,14 @@ that decision. For each training question this module, top to bottom:
    ``ΔR_k = R(retrieve at k) − R(accept at k)``, target ``y = 1[ΔR_k > 0]``, weight ``|ΔR_k|`` (cost-sensitive:
    a decision that changes nothing but the cost weighs λ, one that flips the answer weighs 1 ± λ). The greedy
    policy of this classifier is one exact policy-improvement step over π₀ on the states π₀ visits;
+   With QueryGen actions (``env_config.querygen``), the retrieve branch is run once per query mode: ``ΔR_k`` is
+   the best mode's, and the mode head's target is the mode with the highest branch reward (ties: the earlier mode
+   of ``query_modes``), weighted by the spread of the modes' rewards (zero where the mode changes nothing);
 4. fits the policy network itself (the same :class:`policies.rl.net.PolicyNet` the RLModule wraps, so REINFORCE
    continues from it): the content PCA (only with ``model.content_dim > 0``) and the input statistics on the
    labelled observations, then weighted BCE on the
    retrieve head (+ MSE of the value head on π₀'s reward), the epoch kept by validation gain over π₀ on held-out
-   questions;
+   questions (+ the mode head's weighted cross-entropy with QueryGen);
 5. exports it (``<out_dir>/warmstart/policy``) with a ``summary.json``.
 
 Measured on the micro-world (2,000 questions, π₀ = never, λ = 0.1; see docs/results.md): 9,125 labelled decisions
@@ -125,16 +128,34 @@ class FlipAt:
         return 1 - a if decision_key(info) == (self.k, 0) else a
 
 
+class RetrieveWithModeAt:
+    """π₀ (its own retrievals with the first query mode) that retrieves at step ``k`` with query mode ``mode``:
+    the retrieve branch of decision ``k`` for one QueryGen mode. Returns QueryGen actions ``(retrieve, mode)``."""
+
+    def __init__(self, base, k: int, mode: int):
+        self.base, self.k, self.mode, self.name = base, int(k), int(mode), f"retrieve@{k}[mode {mode}]"
+
+    def reset(self, seed: int | None = None) -> None:
+        self.base.reset(seed)
+
+    def decide(self, observation, info):
+        a = int(self.base.decide(observation, info))
+        return (1, self.mode) if decision_key(info) == (self.k, 0) else (a, 0)
+
+
 # ---------------------------------------------------------------- labels
 def counterfactual_labels(env_config: dict[str, Any], questions: list[int], opts: WarmStartOptions, lam: float,
                           out_dir: Path, components=None, progress: bool = True) -> dict[str, Any]:
     """Observations and counterfactual labels of π₀'s decisions on ``questions`` (see the module docstring).
 
-    Returns ``{"obs": {field: [N, d]}, "y", "w", "delta", "base_action", "base_reward", "question"}`` arrays
-    over the N labelled decisions, in (question, step) order."""
+    Returns ``{"obs": {field: [N, d]}, "y", "w", "delta", "delta_modes", "base_action", "base_reward",
+    "question"}`` arrays over the N labelled decisions, in (question, step) order. ``delta_modes[:, m]`` is
+    ``R(retrieve at k with mode m) − R(accept at k)`` — one column (the env's default mode) without QueryGen;
+    ``delta`` is its row maximum."""
     from envs.components import build_components
     from envs.env_config import EnvConfig
     from envs.registration import PRESETS
+    from policies.triggers import FixedModeTrigger
     from train.evaluate import evaluate_policy
 
     cfg = EnvConfig.from_dict({**PRESETS["microworld"], **env_config,
@@ -145,11 +166,16 @@ def counterfactual_labels(env_config: dict[str, Any], questions: list[int], opts
         raise ConfigError(f"WarmStartOptions.signal '{opts.signal}' is not produced by this env (available: "
                           f"{', '.join(comps.scalar_names())})")
     base = behavior_trigger(opts)
+    modes = list(cfg.query_modes) if cfg.querygen else list(cfg.query_modes[:1])
+
+    def first_mode(trigger):  # with QueryGen actions: π₀'s own retrievals use the first mode (the env's default)
+        return FixedModeTrigger(trigger, 0, modes[0]) if cfg.querygen else trigger
+
     seen: dict = {}
     log.info("warm start: %s episodes on %d questions (λ = %g)", opts.behavior, len(questions), lam)
     desc = "warm start: behavior episodes" if progress else None
-    r0 = evaluate_policy(Recorder(base, seen), cfg, questions, batch_size=opts.batch_envs, components=comps,
-                         return_episodes=True, progress=desc)
+    r0 = evaluate_policy(first_mode(Recorder(base, seen)), cfg, questions, batch_size=opts.batch_envs,
+                         components=comps, return_episodes=True, progress=desc)
     by_q = {e["question_index"]: e for e in r0["episodes"]}
     qid_of = {q: by_q[q]["question_id"] for q in questions}
     by_qid: dict[str, list[tuple[int, int]]] = {}
@@ -157,15 +183,23 @@ def counterfactual_labels(env_config: dict[str, Any], questions: list[int], opts
         by_qid.setdefault(qid, []).append(k)
     keys = {q: sorted(by_qid.get(qid_of[q], [])) for q in questions}
     flip_reward: dict[tuple[int, int], float] = {}
+    mode_reward: dict[tuple[int, int, int], float] = {}  # (question, step, mode ≥ 1) -> R(retrieve there with it)
     max_k = max((k[0] for ks in keys.values() for k in ks if k[1] == 0), default=0)
     for k in range(1, max_k + 1):
         qs = [q for q in questions if (k, 0) in keys[q]]
         log.info("warm start: counterfactual episodes at step %d (%d questions)", k, len(qs))
-        res = evaluate_policy(FlipAt(base, k), cfg, qs, batch_size=opts.batch_envs, components=comps,
+        res = evaluate_policy(first_mode(FlipAt(base, k)), cfg, qs, batch_size=opts.batch_envs, components=comps,
                               return_episodes=True, jsonl_path=out_dir / "labels" / f"flip_{k}.jsonl",
                               progress=f"warm start: counterfactual at step {k}" if progress else None)
         for e in res["episodes"]:
             flip_reward[(e["question_index"], k)] = float(e["reward"])
+        for m in range(1, len(modes)):  # QueryGen: the retrieve branch once more per further mode
+            res = evaluate_policy(RetrieveWithModeAt(base, k, m), cfg, qs, batch_size=opts.batch_envs,
+                                  components=comps, return_episodes=True,
+                                  jsonl_path=out_dir / "labels" / f"retrieve_{k}_{modes[m]}.jsonl",
+                                  progress=f"warm start: step {k}, mode {modes[m]}" if progress else None)
+            for e in res["episodes"]:
+                mode_reward[(e["question_index"], k, m)] = float(e["reward"])
     rows = []
     for q in questions:
         for k in keys[q]:
@@ -173,14 +207,17 @@ def counterfactual_labels(env_config: dict[str, Any], questions: list[int], opts
                 continue  # a second decision on a step (retrieval caps > 1) has no single-flip branch here
             obs, a = seen[(qid_of[q], k)]
             rb, rf = float(by_q[q]["reward"]), flip_reward[(q, k[0])]
-            delta = (rf - rb) if a == 0 else (rb - rf)  # R(retrieve at k) − R(accept at k)
-            rows.append((q, obs, a, rb, delta))
+            r_accept, r_retrieve = (rb, rf) if a == 0 else (rf, rb)
+            r_modes = [r_retrieve] + [mode_reward[(q, k[0], m)] for m in range(1, len(modes))]
+            rows.append((q, obs, a, rb, [r - r_accept for r in r_modes]))  # R(retrieve at k, mode m) − R(accept)
     if not rows:
         raise ConfigError("warm start: the behavior policy made no decisions on the labelled questions")
     fields = list(rows[0][1])
-    delta = np.array([r[4] for r in rows], dtype=np.float64)
+    delta_modes = np.array([r[4] for r in rows], dtype=np.float64)
+    delta = delta_modes.max(axis=1)
     return {"obs": {f: np.stack([r[1][f] for r in rows]) for f in fields},
             "y": (delta > 0).astype(np.float32), "w": np.abs(delta).astype(np.float32), "delta": delta,
+            "delta_modes": delta_modes, "modes": modes,
             "base_action": np.array([r[2] for r in rows], dtype=np.int64),
             "base_reward": np.array([r[3] for r in rows], dtype=np.float32),
             "question": np.array([r[0] for r in rows], dtype=np.int64),
@@ -189,11 +226,17 @@ def counterfactual_labels(env_config: dict[str, Any], questions: list[int], opts
 
 
 # ---------------------------------------------------------------- fitting
-def decision_gain(p_retrieve: np.ndarray, data: dict[str, Any], idx: np.ndarray, threshold: float = 0.5) -> float:
+def decision_gain(p_retrieve: np.ndarray, data: dict[str, Any], idx: np.ndarray, threshold: float = 0.5,
+                  mode: np.ndarray | None = None) -> float:
     """Mean per-question reward gained over π₀ by taking the classifier's action at each labelled decision
-    (each decision judged alone, the rest π₀): Σ_k ΔR_k·(1[p_k > t] − a_k) / questions."""
+    (each decision judged alone, the rest π₀): Σ_k ΔR_k·(1[p_k > t] − a_k) / questions. With QueryGen labels
+    (``delta_modes``) and the classifier's ``mode`` per decision: Σ_k 1[p_k > t]·ΔR_k,mode_k − a_k·ΔR_k,0 (π₀
+    retrieves with the first mode)."""
+    dm = data.get("delta_modes")
+    dm = np.asarray(data["delta"], dtype=np.float64)[:, None] if dm is None else dm
     act = (p_retrieve[idx] > threshold).astype(np.float64)
-    gain = data["delta"][idx] * (act - data["base_action"][idx])
+    chosen = dm[idx, 0] if mode is None else dm[idx, mode[idx]]
+    gain = chosen * act - dm[idx, 0] * data["base_action"][idx]
     return float(gain.sum() / max(1, len(np.unique(data["question"][idx]))))
 
 
@@ -217,6 +260,14 @@ def fit_policy(data: dict[str, Any], spec, opts: WarmStartOptions, seed: int = 0
     y = torch.as_tensor(data["y"])
     w = torch.as_tensor(data["w"])
     ret = torch.as_tensor(data["base_reward"])
+    dm = data.get("delta_modes")
+    with_modes = dm is not None and dm.shape[1] > 1
+    if with_modes != (net.query_head is not None) or (with_modes and dm.shape[1] != spec.n_modes):
+        raise ValueError(f"fit_policy: the labels have {1 if dm is None else dm.shape[1]} query mode(s), the policy's "
+                         f"query head {spec.n_modes} (label and train with the same env querygen / query_modes)")
+    if with_modes:  # the mode head: the best mode's index, weighted by how much the mode matters there
+        mode_y = torch.as_tensor(dm.argmax(axis=1))
+        mode_w = torch.as_tensor((dm.max(axis=1) - dm.min(axis=1)).astype(np.float32))
     opt = torch.optim.AdamW(net.parameters(), lr=opts.lr, weight_decay=opts.weight_decay)
     best = (-np.inf, None, -1)
     history = []
@@ -226,9 +277,12 @@ def fit_policy(data: dict[str, Any], spec, opts: WarmStartOptions, seed: int = 0
         with torch.no_grad():
             out = net.forward_heads({k: v[torch.as_tensor(idx)] for k, v in obs.items()})
         net.train()
+        if with_modes:
+            mode_all[idx] = out["mode_logits"].argmax(-1).numpy()
         return torch.softmax(out["retrieve_logits"], -1)[:, 1].numpy()
 
     p_all = np.zeros(len(data["y"]))
+    mode_all = np.zeros(len(data["y"]), dtype=np.int64) if with_modes else None
     for epoch in range(opts.epochs):
         perm = rng.permutation(tr)
         total = 0.0
@@ -238,13 +292,16 @@ def fit_policy(data: dict[str, Any], spec, opts: WarmStartOptions, seed: int = 0
             logit = out["retrieve_logits"][:, 1] - out["retrieve_logits"][:, 0]
             bce = torch.nn.functional.binary_cross_entropy_with_logits(logit, y[b], weight=w[b], reduction="sum")
             loss = bce / w[b].sum().clamp_min(1e-8) + 0.5 * torch.mean((out["value"] - ret[b]) ** 2)
+            if with_modes:
+                ce = torch.nn.functional.cross_entropy(out["mode_logits"], mode_y[b], reduction="none")
+                loss = loss + (ce * mode_w[b]).sum() / mode_w[b].sum().clamp_min(1e-8)
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
             opt.step()
             total += loss.item() * len(b)
         p_all[va] = probs(va)
-        g = decision_gain(p_all, data, va)
+        g = decision_gain(p_all, data, va, mode=mode_all)
         history.append({"epoch": epoch + 1, "train_loss": total / max(1, len(tr)), "val_gain": g})
         if g > best[0]:
             best = (g, {k: v.detach().clone() for k, v in net.state_dict().items()}, epoch + 1)
@@ -253,7 +310,7 @@ def fit_policy(data: dict[str, Any], spec, opts: WarmStartOptions, seed: int = 0
     p_all[tr] = probs(tr)
     p_all[va] = probs(va)
     return net, {"best_epoch": best[2], "val_gain_per_question": best[0],
-                 "train_gain_per_question": decision_gain(p_all, data, tr), "history": history,
+                 "train_gain_per_question": decision_gain(p_all, data, tr, mode=mode_all), "history": history,
                  "n_train_questions": int(len(qs) - len(val_q)), "n_val_questions": int(len(val_q))}
 
 
@@ -288,17 +345,23 @@ def run_warmstart(env_config: dict[str, Any], opts: WarmStartOptions, out_dir: s
     env.close()
     with torch.random.fork_rng():
         net, fit = fit_policy(data, spec, opts, seed=seed)
-    path = export_policy(net, out / "policy", heads=("retrieve", "value"),
+    path = export_policy(net, out / "policy", heads=("retrieve", "query", "value"),
                          extra={"name": "warmstart", "warmstart": {"lambda": lam, "behavior": opts.behavior}})
     summary = {"questions": n, "decisions": int(len(data["y"])), "positives": int(data["y"].sum()),
                "lambda": lam, "behavior": opts.to_dict(), "behavior_reward": data["behavior_reward"],
                "behavior_accuracy": data["behavior_accuracy"], "behavior_calls": data["behavior_calls"],
                "seconds": round(time.perf_counter() - t0, 1), **fit}
+    if len(data["modes"]) > 1:  # QueryGen: how often each mode is the best retrieve branch where retrieving pays
+        dm = data["delta_modes"][data["y"] > 0]
+        summary["best_mode_where_retrieval_pays"] = {m: int((dm.argmax(axis=1) == i).sum())
+                                                     for i, m in enumerate(data["modes"])}
+        summary["positives_by_mode"] = {m: int((dm[:, i] > 0).sum()) for i, m in enumerate(data["modes"])}
     write_json(out / "summary.json", summary)
     log.info("warm start: %d decisions of %d questions (%d positive), val gain over π₀ %+.4f reward/question "
              "(epoch %d), %.0f s", summary["decisions"], n, summary["positives"], fit["val_gain_per_question"],
              fit["best_epoch"], summary["seconds"])
     (out / "labels").mkdir(parents=True, exist_ok=True)
     np.savez_compressed(out / "labels" / "decisions.npz", question=data["question"], delta=data["delta"],
+                        delta_modes=data["delta_modes"], modes=np.array(data["modes"]),
                         base_action=data["base_action"])
     return path

@@ -86,6 +86,42 @@ def test_bench_runs_calibrates_skips_and_resumes(tmp_path):
         run_bench(cfg.replace(lambda_retrieval=0.2))
 
 
+def test_learned_querygen_rows_choose_the_mode_with_the_policy(tmp_path):
+    """A learned row with ``querygen: true`` runs the env with QueryGen actions in every path — plain, selected on
+    dev among snapshots, calibrated — so the policy's own mode head picks each query."""
+    import shutil
+
+    import torch
+
+    from envs.registration import make_env
+    from policies.rl.export import export_policy
+    from policies.rl.module import spec_from_spaces
+    from policies.rl.net import PolicyNet
+
+    env_cfg = {"rsus_components": ["ent"], "query_modes": ["info_need", "step"], "querygen": True}
+    env = make_env("microworld", env_cfg)
+    net = PolicyNet(spec_from_spaces(env.observation_space, env.action_space, {"arch": "mlp"}))
+    env.close()
+    with torch.no_grad():  # always retrieve, always with the second mode ('step')
+        net.retrieve_head.bias.copy_(torch.tensor([-5.0, 5.0]))
+        net.query_head.bias.copy_(torch.tensor([-5.0, 5.0]))
+    policy = export_policy(net, tmp_path / "run" / "policy", heads=("retrieve", "query"))
+    shutil.copytree(policy, tmp_path / "run" / "snapshots" / "iter_0001")
+    row = {"kind": "learned", "lam": 0.1, "path": str(policy), "querygen": True}
+    cfg = _cfg(tmp_path, [{"name": "CoT", "kind": "never"}, {**row, "name": "qg"},
+                          {**row, "name": "qg-selected", "select_on_dev": True},
+                          {**row, "name": "qg-calibrated", "calibrate": True, "thresholds": [0.5]}],
+               env={"split": "dev", "rsus_components": ["ent"], "query_modes": ["info_need", "step"],
+                    "cache_path": str(tmp_path / "cache.sqlite")}, dev="0:3", test="3:6")
+    s = run_bench(cfg)
+    for name in ("qg", "qg-selected", "qg-calibrated"):
+        assert s["methods"][name]["calls"] > 0 and s["methods"][name]["query_mode"] == "policy's QueryGen head"
+        files = list((tmp_path / "bench" / "per_question" / "test").glob(f"{name}*.jsonl"))
+        rows = [json.loads(x) for f in files for x in f.read_text().splitlines()]
+        modes = {d["action"][1] for r in rows for d in r["decisions"] if d["action"][0] == 1}
+        assert modes == {1}, (name, modes)
+
+
 def test_bench_config_errors(tmp_path):
     with pytest.raises(ConfigError, match="overlap"):
         _cfg(tmp_path, METHODS, dev="0:10", test="5:20")

@@ -37,6 +37,39 @@ def test_labels_equal_brute_force_on_the_cached_decision_tree(tmp_path):
     env.close()
 
 
+def test_querygen_labels_equal_brute_force_per_query_mode(tmp_path):
+    """With QueryGen actions every decision's retrieve branch is labelled once per mode: delta_modes[:, m] is the
+    leaf that retrieves at k with mode m (closed book elsewhere) minus the closed-book leaf; ``delta`` its max;
+    column 0 equals the labels of the same env without QueryGen (its default mode)."""
+    from envs.vector import BatchedRetrievalEnv
+    from eval.oracle import enumerate_leaves_batched
+
+    env_cfg = {**ENV, "cache_path": str(tmp_path / "c.sqlite"), "querygen": True}
+    lam, qs = 0.1, [0, 1, 2, 3, 4, 5]
+    data = counterfactual_labels(env_cfg, qs, WarmStartOptions(enabled=True, batch_envs=6), lam, tmp_path / "ws",
+                                 progress=False)
+    assert data["modes"] == ["info_need", "step"] and data["delta_modes"].shape == (len(data["y"]), 2)
+    venv = BatchedRetrievalEnv(6, {**env_cfg, "costs": {"retrieval_calls": lam}})
+    trees = enumerate_leaves_batched(venv, qs, modes=[0, 1])
+    venv.close()
+    for q in qs:
+        leaves = {leaf.actions: leaf.quality - lam * leaf.calls for leaf in trees[q]}
+        never = next(a for a in leaves if all(x == (0, 0) for x in a))
+        rows = np.flatnonzero(data["question"] == q)
+        assert len(rows) == len(never)
+        for k, i in enumerate(rows, start=1):
+            for m in (0, 1):
+                leaf = next(a for a in leaves if a[:k] == ((0, 0),) * (k - 1) + ((1, m),)
+                            and all(x == (0, 0) for x in a[k:]))
+                assert data["delta_modes"][i, m] == pytest.approx(leaves[leaf] - leaves[never]), (q, k, m)
+            assert data["delta"][i] == pytest.approx(data["delta_modes"][i].max())
+            assert data["y"][i] == float(data["delta"][i] > 0)
+    plain = counterfactual_labels({**env_cfg, "querygen": False}, qs, WarmStartOptions(enabled=True, batch_envs=6),
+                                  lam, tmp_path / "ws_plain", progress=False)
+    np.testing.assert_allclose(plain["delta"], data["delta_modes"][:, 0])
+    assert plain["delta_modes"].shape[1] == 1
+
+
 def test_threshold_behavior_flips_one_decision(tmp_path):
     opts = WarmStartOptions(enabled=True, behavior="threshold", signal="minprob", direction="below", threshold=0.9,
                             batch_envs=4)
@@ -70,6 +103,31 @@ def test_fit_learns_a_separable_rule_and_picks_the_epoch_on_validation():
     assert 1 <= fit["best_epoch"] <= 15 and not net.needs_reducer_fit
     p = np.ones(n)
     assert decision_gain(p, data, np.arange(n)) == pytest.approx(float(delta.sum()) / (n // 3))
+
+
+def test_fit_learns_the_query_mode_where_it_matters():
+    """QueryGen labels: the mode head learns which mode's retrieve branch pays (cost-sensitive cross-entropy),
+    the retrieve head whether the best one does, and the validation gain counts the chosen mode's branch."""
+    from policies.rl.net import PolicySpec
+
+    rng = np.random.default_rng(1)
+    n = 900
+    x = rng.normal(size=(n, 3)).astype(np.float32)
+    # retrieving pays 0.9 with mode 0 when x1 > 0 and with mode 1 otherwise; the wrong mode costs λ = 0.1
+    dm = np.where((x[:, 1] > 0)[:, None], [[0.9, -0.1]], [[-0.1, 0.9]])
+    dm[x[:, 0] < 0] = -0.1  # ... and only when x0 > 0
+    delta = dm.max(1)
+    data = {"obs": {"output": x}, "y": (delta > 0).astype(np.float32), "w": np.abs(delta).astype(np.float32),
+            "delta": delta, "delta_modes": dm, "modes": ["a", "b"], "base_action": np.zeros(n, dtype=np.int64),
+            "base_reward": np.zeros(n, dtype=np.float32), "question": np.arange(n) // 3}
+    spec = PolicySpec(fields={"output": 3}, arch="mlp", n_modes=2)
+    net, fit = fit_policy(data, spec, WarmStartOptions(enabled=True, epochs=20), seed=0)
+    best = float(np.clip(delta, 0, None).sum()) / (n // 3)  # the gain of the right action with the right mode
+    assert fit["val_gain_per_question"] > 0.8 * best
+    mode_first = np.zeros(n, dtype=np.int64)  # always mode 0: right on half of the paying decisions only
+    assert decision_gain(np.ones(n), data, np.arange(n), mode=mode_first) < 0.6 * best
+    with pytest.raises(ValueError, match="query mode"):
+        fit_policy(data, PolicySpec(fields={"output": 3}, arch="mlp"), WarmStartOptions(enabled=True, epochs=1))
 
 
 def test_options_errors():
