@@ -316,6 +316,8 @@ def _namespace(kind: str, identity, config: EnvConfig) -> str:
         outcome_fields["state_signals"] = 2
     if not config.self_refine:  # off (the default): the namespace of runs made before the option existed
         outcome_fields.pop("self_refine", None)
+    if not config.rerank:  # likewise
+        outcome_fields.pop("rerank", None)
     if not config.compress_evidence:  # off (the default): the namespace of runs made before the option existed
         outcome_fields.pop("compress_evidence", None)
         outcome_fields.pop("tau_rel", None)

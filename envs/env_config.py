@@ -51,6 +51,10 @@ class EnvConfig(ConfigBase):
     self_refine: str | None = helpf(None, "SeaKR's self-aware refinement: 'eigenscore' — after a retrieval, keep "
                                           "whichever of the original and the evidence-conditioned step has the lower "
                                           "EigenScore (needs signals 'eigen'); null: the regenerated step stands")
+    rerank: str | None = helpf(None, "SeaKR's self-aware re-ranking: 'eigenscore' — a retrieval regenerates the "
+                                     "step once with each top_k passage not used yet and injects the one whose "
+                                     "regenerated step has the lowest EigenScore (needs signals 'eigen'); null: the "
+                                     "first unused passage")
     tau_rel: float = helpf(0.45, "evidence compression: relative importance threshold in [0, 1]")
     query_modes: list[str] = helpf(["step", "content_words", "question_step", "info_need"],
                                    "query formulations QueryGen chooses from (the first is the default)")
@@ -115,6 +119,14 @@ class EnvConfig(ConfigBase):
         if self.self_refine and "eigen" not in self.signals:
             raise ConfigError("EnvConfig: self_refine 'eigenscore' compares the EigenScore of two steps: add 'eigen' "
                               "to signals")
+        if self.rerank not in (None, "eigenscore"):
+            raise ConfigError(f"EnvConfig: rerank must be null or 'eigenscore', got {self.rerank!r}")
+        if self.rerank and "eigen" not in self.signals:
+            raise ConfigError("EnvConfig: rerank 'eigenscore' ranks passages by the EigenScore of the step each one "
+                              "regenerates: add 'eigen' to signals")
+        if self.rerank and self.compress_evidence:
+            raise ConfigError("EnvConfig: rerank and compress_evidence together are not supported (the re-ranked "
+                              "candidates are injected whole): set one of them")
         if self.prefetch_queries < 1:
             raise ConfigError(f"EnvConfig: prefetch_queries must be >= 1, got {self.prefetch_queries}")
         if self.prefetch and self.retriever_service is not None:

@@ -8,6 +8,8 @@ One episode = one question; one env step = one decision about the step just gene
   step. Once the per-step retrieval cap is reached the regenerated step is accepted automatically. With
   ``self_refine: eigenscore`` (SeaKR's self-aware refinement) the original step stands instead when its
   EigenScore is the lower of the two (the retrieval still counts; ``info["refined"]`` says which one stood).
+  With ``rerank: eigenscore`` (SeaKR's self-aware re-ranking) every unused top-k passage regenerates the step
+  and the one whose step has the lowest EigenScore is injected (``info["rerank"]``: each candidate's score).
 
 The episode terminates when an accepted step is the final ``Answer`` line, and is truncated after
 ``max_steps`` accepted steps. Reward per decision is ``−Σ λ_c · cost_c``, plus the answer quality at the end.
@@ -78,6 +80,7 @@ class StepRecord:
     chain_object: str | None = None             # ... and after it
     final: bool = False                         # the reasoner ended the text here (answer line or end-of-text)
     compression: dict | None = None             # evidence compression of this retrieval (sentences, tokens)
+    rerank: dict | None = None                  # SeaKR's re-ranking: each candidate passage's EigenScore
 
 
 @dataclass
@@ -172,6 +175,7 @@ def step_batch(envs: list[RetrievalTimingEnv], actions: list[Any]) -> list[tuple
         ep.used += list(rec.passage_ids)
         d["retrieved"] = {"query": rec.query, "passage_ids": list(rec.passage_ids),
                           **({"compression": rec.compression} if rec.compression is not None else {}),
+                          **({"rerank": rec.rerank} if rec.rerank is not None else {}),
                           **({"ranked_ids": list(rec.ranked_ids)} if rec.ranked_ids else {})}  # (the log only)
         d["event"] = CostEvent(retrieved=True, n_passages=len(rec.passage_ids), tokens_generated=rec.n_tokens,
                                tokens_injected=rec.tokens_injected, seconds_measured=rec.seconds,
@@ -254,6 +258,45 @@ def _refine_keeps_original(original: StepRecord, regenerated: StepRecord) -> boo
     return old is not None and new is not None and bool(np.isfinite(old) and np.isfinite(new)) and old < new
 
 
+def _evidence_state(c, cfg: EnvConfig, before, evidence: tuple[str, ...]):
+    """The state a regenerated step is generated from: ``before`` with the evidence injected (``kv_reuse: false``:
+    the whole prompt encoded again, as the naive integration does — same output)."""
+    cond = c.reasoner.with_evidence(before, list(evidence), cfg.injection)
+    return cond if cfg.kv_reuse else c.reasoner.restore(c.reasoner.snapshot(cond))
+
+
+def _rerank_by_eigenscore(c, cfg: EnvConfig, eps: list[Episode], jobs: list[dict], ranked: list) -> None:
+    """SeaKR's self-aware re-ranking (``EnvConfig.rerank``): every top-k passage not used yet in the question
+    regenerates the step (the step's earlier evidence + that passage; all candidates in one batched generation and
+    one batched EigenScore sampling); the passage whose regenerated step has the lowest EigenScore is the one
+    injected (ties: the retriever's order). Fills each job's step, states, features and ``rerank`` log."""
+    from agents.retrievers.base import SelectionConfig, select_passages
+
+    cands = []  # (job index, passage)
+    for j, (ep, job, hits) in enumerate(zip(eps, jobs, ranked)):
+        if job["passage_ids"]:
+            cands += [(j, p) for p in select_passages(hits, ep.used, SelectionConfig(top_k=cfg.top_k,
+                                                                                       n_inject=cfg.top_k))]
+    if not cands:
+        return
+    conds = [_evidence_state(c, cfg, jobs[j]["before"], tuple(eps[j].record.evidence) + (p.text,))
+             for j, p in cands]
+    outs = c.reasoner.next_step(conds)
+    c.precompute([step for step, _ in outs], conds)
+    best: dict[int, tuple] = {}
+    scores: dict[int, list] = {}
+    for (j, p), cond, (step, after) in zip(cands, conds, outs):
+        features = c.features(step, cond)
+        score = features[1].get("eigenscore", float("inf"))
+        scores.setdefault(j, []).append([p.id, score])
+        if j not in best or score < best[j][0]:
+            best[j] = (score, p, cond, step, after, features)
+    for j, (_, p, cond, step, after, features) in best.items():
+        jobs[j].update(passage_ids=(p.id,), evidence=tuple(eps[j].record.evidence) + (p.text,),
+                       injected=len(p.text.split()), cond=cond, step=step, after=after, features=features,
+                       rerank={"candidates": scores[j], "chosen": p.id})
+
+
 def _records(envs: list[RetrievalTimingEnv], kind: str, modes: list[int] | None = None) -> list[StepRecord]:
     """The record of each env's current action prefix (``kind``: start | retrieve | next | close): cache hits; for
     the misses the queries and ONE batched search (retrieve), ONE batched generation, then signals and labels — each
@@ -320,15 +363,16 @@ def _records(envs: list[RetrievalTimingEnv], kind: str, modes: list[int] | None 
             job["ranked_ids"] = tuple(p.id for p in hits[: cfg.top_k])
             job["evidence"] = tuple(ep.record.evidence) + tuple(texts)
             job["injected"] = sum(len(t.split()) for t in texts)
-    # one batched generation (a retrieval with nothing new to inject keeps its step: no generation). A step is
-    # generated from its conditioned state (for a regeneration: the state with the evidence), and the signals that
-    # continue from the state (k-sample consistency, EigenScore, verbal confidence) sample from that same state
-    gen = [j for j, job in enumerate(jobs) if kind != "retrieve" or job["passage_ids"]]
+        if cfg.rerank:  # SeaKR: one regeneration per fresh passage, the lowest EigenScore's is injected
+            _rerank_by_eigenscore(c, cfg, [envs[i].ep for i in miss], jobs, ranked)
+    # one batched generation (a retrieval with nothing new to inject keeps its step: no generation; a re-ranked
+    # one has its step already). A step is generated from its conditioned state (for a regeneration: the state with
+    # the evidence), and the signals that continue from the state (k-sample consistency, EigenScore, verbal
+    # confidence) sample from that same state
+    gen = [j for j, job in enumerate(jobs) if (kind != "retrieve" or job["passage_ids"]) and "step" not in job]
     for j in gen:
-        jobs[j]["cond"] = (c.reasoner.with_evidence(jobs[j]["before"], list(jobs[j]["evidence"]), cfg.injection)
+        jobs[j]["cond"] = (_evidence_state(c, cfg, jobs[j]["before"], jobs[j]["evidence"])
                            if kind == "retrieve" else jobs[j]["before"])
-        if kind == "retrieve" and not cfg.kv_reuse:  # naive integration: the whole prompt is encoded again
-            jobs[j]["cond"] = c.reasoner.restore(c.reasoner.snapshot(jobs[j]["cond"]))
     own = (time.perf_counter() - t0) / len(miss)
     for j, (step, after) in zip(gen, c.reasoner.next_step([jobs[j]["cond"] for j in gen]) if gen else []):
         jobs[j]["step"], jobs[j]["after"] = step, after
@@ -344,7 +388,7 @@ def _records(envs: list[RetrievalTimingEnv], kind: str, modes: list[int] | None 
                                 "n_tokens": 0, "ranked_ids": job["ranked_ids"]})
         else:
             step, before, after = job["step"], job["before"], job["after"]
-            feats, scalars, mask = c.features(step, job["cond"])
+            feats, scalars, mask = job.get("features") or c.features(step, job["cond"])
             label = error_kind = chain_object = None
             if c.has_labels:
                 label, error_kind, chain_object = c.task.label(ep.q, ep.n_accepted + 1, job["chain_before"],
@@ -359,6 +403,7 @@ def _records(envs: list[RetrievalTimingEnv], kind: str, modes: list[int] | None 
                              ranked_ids=job.get("ranked_ids", ()),
                              label=label, error_kind=error_kind, chain_before=job["chain_before"],
                              chain_object=chain_object, compression=job.get("compression"),
+                             rerank=job.get("rerank"),
                              final=step.is_answer or bool(getattr(after, "done", False)))
         new.append((c.question_id(ep.q), ep.prefix, rec))
         out[i] = rec
@@ -472,6 +517,7 @@ class RetrievalTimingEnv(gym.Env):
             "capped": capped,
             **({"compression": retrieved["compression"]} if "compression" in retrieved else {}),
             **({"refined": retrieved["refined"]} if "refined" in retrieved else {}),
+            **({"rerank": retrieved["rerank"]} if "rerank" in retrieved else {}),
             "action_prefix": ",".join(ep.prefix),
         }
         if rec.label is not None:

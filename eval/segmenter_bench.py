@@ -33,7 +33,9 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SOURCES = ("runs/bench/policies_*/per_question/*/CoT.jsonl", "runs/querygen/hotpotqa/data/steps_*.jsonl")
+#: SmolLM2 chains Kairos already wrote: the HotpotQA benchmarks' CoT episodes (not ``policies_*``: the micro-world
+#: benchmarks write the same files, and their chains are the micro-world LM's) and QueryGen's HotpotQA step files
+DEFAULT_SOURCES = ("runs/bench/policies_hotpotqa*/per_question/*/CoT.jsonl", "runs/querygen/hotpotqa/data/steps_*.jsonl")
 
 
 def microworld_chains(split: str, n: int, artifact: str | None = None) -> list[list[str]]:

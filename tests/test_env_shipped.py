@@ -158,6 +158,40 @@ def test_seakr_self_refinement_keeps_the_step_with_the_lower_eigenscore():
     assert seen == {"original", "augmented"}  # both outcomes occur on these questions
 
 
+def test_seakr_reranking_injects_the_passage_with_the_lowest_eigenscore():
+    """rerank: eigenscore — every unused top-k passage regenerates the step; the one whose step has the lowest
+    EigenScore is injected. The first candidate's score is the EigenScore of the step the plain env regenerates
+    with that same passage; the chosen one's is the standing step's; on some questions it is not the first."""
+    from envs.config import ConfigError
+    from envs.env_config import EnvConfig
+
+    with pytest.raises(ConfigError, match="add 'eigen'"):
+        EnvConfig(signals=["output"], rerank="eigenscore").validate()
+    with pytest.raises(ConfigError, match="rerank must be"):
+        EnvConfig(signals=["output", "eigen"], rerank="bm25").validate()
+    # two retrievals allowed per step: after one, the regenerated step is still the current one (info shows it)
+    cfg = {"split": "dev", "rsus_components": ["ent"], "signals": ["output", "eigen"], "max_retrievals_per_step": 2}
+    rerank = gym.make("kairos/MicroWorld-v0", config={**cfg, "rerank": "eigenscore"}).unwrapped
+    plain = gym.make("kairos/MicroWorld-v0", config=cfg).unwrapped
+    assert rerank.c.namespace != plain.c.namespace
+    not_first = 0
+    for q in range(10):
+        rerank.reset(options={"question_index": q})
+        plain.reset(options={"question_index": q})
+        _, _, _, _, i1 = rerank.step(1)
+        _, _, _, _, i2 = plain.step(1)
+        if not i2["passage_ids"]:
+            continue
+        cands = i1["rerank"]["candidates"]
+        assert len(cands) >= 1 and cands[0][0] == i2["passage_ids"][0]
+        assert cands[0][1] == pytest.approx(i2["signals"]["eigenscore"], rel=1e-5)
+        best = min(cands, key=lambda c: c[1])  # ties: the retriever's order (min keeps the first)
+        assert i1["passage_ids"] == [best[0]] == [i1["rerank"]["chosen"]]
+        assert i1["signals"]["eigenscore"] == pytest.approx(best[1], rel=1e-6)
+        not_first += best[0] != cands[0][0]
+    assert not_first >= 1
+
+
 def test_dragin_qfs_query_on_the_microworld():
     """query mode 'qfs': the query is DRAGIN's attention-selected content words of the question and the text so
     far (headers, function words and the trigger word excluded); a reasoner without an attention pass is an
