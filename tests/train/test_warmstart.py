@@ -37,6 +37,7 @@ def test_labels_equal_brute_force_on_the_cached_decision_tree(tmp_path):
     env.close()
 
 
+@pytest.mark.slow
 def test_querygen_labels_equal_brute_force_per_query_mode(tmp_path):
     """With QueryGen actions every decision's retrieve branch is labelled once per mode: delta_modes[:, m] is the
     leaf that retrieves at k with mode m (closed book elsewhere) minus the closed-book leaf; ``delta`` its max;
@@ -45,11 +46,11 @@ def test_querygen_labels_equal_brute_force_per_query_mode(tmp_path):
     from eval.oracle import enumerate_leaves_batched
 
     env_cfg = {**ENV, "cache_path": str(tmp_path / "c.sqlite"), "querygen": True}
-    lam, qs = 0.1, [0, 1, 2, 3, 4, 5]
-    data = counterfactual_labels(env_cfg, qs, WarmStartOptions(enabled=True, batch_envs=6), lam, tmp_path / "ws",
+    lam, qs = 0.1, [0, 1, 2, 3]
+    data = counterfactual_labels(env_cfg, qs, WarmStartOptions(enabled=True, batch_envs=4), lam, tmp_path / "ws",
                                  progress=False)
     assert data["modes"] == ["info_need", "step"] and data["delta_modes"].shape == (len(data["y"]), 2)
-    venv = BatchedRetrievalEnv(6, {**env_cfg, "costs": {"retrieval_calls": lam}})
+    venv = BatchedRetrievalEnv(4, {**env_cfg, "costs": {"retrieval_calls": lam}})
     trees = enumerate_leaves_batched(venv, qs, modes=[0, 1])
     venv.close()
     for q in qs:
@@ -64,7 +65,7 @@ def test_querygen_labels_equal_brute_force_per_query_mode(tmp_path):
                 assert data["delta_modes"][i, m] == pytest.approx(leaves[leaf] - leaves[never]), (q, k, m)
             assert data["delta"][i] == pytest.approx(data["delta_modes"][i].max())
             assert data["y"][i] == float(data["delta"][i] > 0)
-    plain = counterfactual_labels({**env_cfg, "querygen": False}, qs, WarmStartOptions(enabled=True, batch_envs=6),
+    plain = counterfactual_labels({**env_cfg, "querygen": False}, qs, WarmStartOptions(enabled=True, batch_envs=4),
                                   lam, tmp_path / "ws_plain", progress=False)
     np.testing.assert_allclose(plain["delta"], data["delta_modes"][:, 0])
     assert plain["delta_modes"].shape[1] == 1
