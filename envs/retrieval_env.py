@@ -265,11 +265,13 @@ def _evidence_state(c, cfg: EnvConfig, before, evidence: tuple[str, ...]):
     return cond if cfg.kv_reuse else c.reasoner.restore(c.reasoner.snapshot(cond))
 
 
-def _rerank_by_eigenscore(c, cfg: EnvConfig, eps: list[Episode], jobs: list[dict], ranked: list) -> None:
+def _rerank_by_eigenscore(c, cfg: EnvConfig, eps: list[Episode], jobs: list[dict], ranked: list) -> int:
     """SeaKR's self-aware re-ranking (``EnvConfig.rerank``): every top-k passage not used yet in the question
     regenerates the step (the step's earlier evidence + that passage; all candidates in one batched generation and
     one batched EigenScore sampling); the passage whose regenerated step has the lowest EigenScore is the one
-    injected (ties: the retriever's order). Fills each job's step, states, features and ``rerank`` log."""
+    injected (ties: the retriever's order). Fills each job's step, states, features and ``rerank`` log (each
+    candidate's score; the tokens of every candidate's regeneration and passage, which the retrieval pays).
+    Returns the number of re-ranked jobs."""
     from agents.retrievers.base import SelectionConfig, select_passages
 
     cands = []  # (job index, passage)
@@ -291,10 +293,18 @@ def _rerank_by_eigenscore(c, cfg: EnvConfig, eps: list[Episode], jobs: list[dict
         scores.setdefault(j, []).append([p.id, score])
         if j not in best or score < best[j][0]:
             best[j] = (score, p, cond, step, after, features)
+    tokens = {j: 0 for j in best}
+    injected = {j: 0 for j in best}
+    for (j, p), (step, _) in zip(cands, outs):
+        tokens[j] += step.n_tokens
+        injected[j] += len(p.text.split())
     for j, (_, p, cond, step, after, features) in best.items():
         jobs[j].update(passage_ids=(p.id,), evidence=tuple(eps[j].record.evidence) + (p.text,),
-                       injected=len(p.text.split()), cond=cond, step=step, after=after, features=features,
-                       rerank={"candidates": scores[j], "chosen": p.id})
+                       injected=injected[j], cond=cond, step=step, after=after, features=features,
+                       rerank={"candidates": scores[j], "chosen": p.id, "tokens_generated": tokens[j]})
+        if c.prefetcher is not None:  # the next step's likely queries, from the passage injected
+            c.prefetcher.after_retrieval([p], c.question_text(eps[j].q))
+    return len(best)
 
 
 def _records(envs: list[RetrievalTimingEnv], kind: str, modes: list[int] | None = None) -> list[StepRecord]:
@@ -336,6 +346,7 @@ def _records(envs: list[RetrievalTimingEnv], kind: str, modes: list[int] | None 
             job = {"before": envs[i]._state("before"), "chain_before": ep.record.chain_before}
         jobs.append(job)
     # retrieve: queries → one batched search → the passages to inject (first unused) → evidence
+    rerank_s = 0.0
     if kind == "retrieve":
         from agents.retrievers.base import SelectionConfig, select_passages
 
@@ -350,8 +361,8 @@ def _records(envs: list[RetrievalTimingEnv], kind: str, modes: list[int] | None 
         for i, job, hits in zip(miss, jobs, ranked):
             ep = envs[i].ep
             chosen = select_passages(hits, ep.used, SelectionConfig(top_k=cfg.top_k))
-            if c.prefetcher is not None:  # search the next step's likely queries while this step regenerates
-                c.prefetcher.after_retrieval(chosen, c.question_text(ep.q))
+            if c.prefetcher is not None and not cfg.rerank:  # the next step's likely queries, searched while this
+                c.prefetcher.after_retrieval(chosen, c.question_text(ep.q))  # step regenerates (re-ranked: after it)
             texts = [p.text for p in chosen]
             job["compression"] = None
             if cfg.compress_evidence and texts:
@@ -364,7 +375,12 @@ def _records(envs: list[RetrievalTimingEnv], kind: str, modes: list[int] | None 
             job["evidence"] = tuple(ep.record.evidence) + tuple(texts)
             job["injected"] = sum(len(t.split()) for t in texts)
         if cfg.rerank:  # SeaKR: one regeneration per fresh passage, the lowest EigenScore's is injected
-            _rerank_by_eigenscore(c, cfg, [envs[i].ep for i in miss], jobs, ranked)
+            t_rr = time.perf_counter()
+            n_rr = _rerank_by_eigenscore(c, cfg, [envs[i].ep for i in miss], jobs, ranked)
+            rerank_s = time.perf_counter() - t_rr  # charged to the re-ranked records alone
+            for job in jobs:
+                if "rerank" in job:
+                    job["rerank"]["seconds"] = rerank_s / n_rr
     # one batched generation (a retrieval with nothing new to inject keeps its step: no generation; a re-ranked
     # one has its step already). A step is generated from its conditioned state (for a regeneration: the state with
     # the evidence), and the signals that continue from the state (k-sample consistency, EigenScore, verbal
@@ -373,7 +389,7 @@ def _records(envs: list[RetrievalTimingEnv], kind: str, modes: list[int] | None 
     for j in gen:
         jobs[j]["cond"] = (_evidence_state(c, cfg, jobs[j]["before"], jobs[j]["evidence"])
                            if kind == "retrieve" else jobs[j]["before"])
-    own = (time.perf_counter() - t0) / len(miss)
+    own = (time.perf_counter() - t0 - rerank_s) / len(miss)
     for j, (step, after) in zip(gen, c.reasoner.next_step([jobs[j]["cond"] for j in gen]) if gen else []):
         jobs[j]["step"], jobs[j]["after"] = step, after
     # signals, labels → the new records (cached: one put of them all); EigenScore's samples of every new step in
@@ -385,7 +401,7 @@ def _records(envs: list[RetrievalTimingEnv], kind: str, modes: list[int] | None 
         ep = e.ep
         if "step" not in job:  # nothing new to inject (every top-k passage was used): the step stands as it was
             rec = StepRecord(**{**ep.record.__dict__, "query": job["query"], "passage_ids": (), "tokens_injected": 0,
-                                "n_tokens": 0, "ranked_ids": job["ranked_ids"]})
+                                "n_tokens": 0, "ranked_ids": job["ranked_ids"], "compression": None, "rerank": None})
         else:
             step, before, after = job["step"], job["before"], job["after"]
             feats, scalars, mask = job.get("features") or c.features(step, job["cond"])
@@ -395,7 +411,11 @@ def _records(envs: list[RetrievalTimingEnv], kind: str, modes: list[int] | None 
                                                                step.content, step.is_answer)
             ep.before, ep.after = before, after
             seconds = own + (time.perf_counter() - t1) + float(getattr(step, "seconds", 0.0) or 0.0)
-            rec = StepRecord(text=step.text, content=step.content, is_answer=step.is_answer, n_tokens=step.n_tokens,
+            n_tokens = step.n_tokens
+            if "rerank" in job:  # every candidate's regeneration is paid: their tokens and wall time
+                seconds = own + (time.perf_counter() - t1) + job["rerank"]["seconds"]
+                n_tokens = job["rerank"]["tokens_generated"]
+            rec = StepRecord(text=step.text, content=step.content, is_answer=step.is_answer, n_tokens=n_tokens,
                              seconds=seconds, features=feats, signals=scalars, mask=mask,
                              before=c.reasoner.snapshot(before), after=c.reasoner.snapshot(after),
                              evidence=job.get("evidence", ()), query=job.get("query"),

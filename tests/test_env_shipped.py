@@ -188,6 +188,7 @@ def test_seakr_reranking_injects_the_passage_with_the_lowest_eigenscore():
         best = min(cands, key=lambda c: c[1])  # ties: the retriever's order (min keeps the first)
         assert i1["passage_ids"] == [best[0]] == [i1["rerank"]["chosen"]]
         assert i1["signals"]["eigenscore"] == pytest.approx(best[1], rel=1e-6)
+        assert i1["rerank"]["tokens_generated"] >= len(cands) and i1["rerank"]["seconds"] > 0  # every one is paid
         not_first += best[0] != cands[0][0]
     assert not_first >= 1
 

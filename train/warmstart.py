@@ -196,7 +196,7 @@ def counterfactual_labels(env_config: dict[str, Any], questions: list[int], opts
         for m in range(1, len(modes)):  # QueryGen: the retrieve branch once more per further mode
             res = evaluate_policy(RetrieveWithModeAt(base, k, m), cfg, qs, batch_size=opts.batch_envs,
                                   components=comps, return_episodes=True,
-                                  jsonl_path=out_dir / "labels" / f"retrieve_{k}_{modes[m]}.jsonl",
+                                  jsonl_path=out_dir / "labels" / f"retrieve_{k}_mode{m}.jsonl",
                                   progress=f"warm start: step {k}, mode {modes[m]}" if progress else None)
             for e in res["episodes"]:
                 mode_reward[(e["question_index"], k, m)] = float(e["reward"])
@@ -330,12 +330,19 @@ def run_warmstart(env_config: dict[str, Any], opts: WarmStartOptions, out_dir: s
     from policies.rl.module import spec_from_spaces
 
     out = Path(out_dir)
+    cfg = EnvConfig.from_dict({**PRESETS["microworld"], **env_config, "max_questions": None})
     if (out / "summary.json").is_file() and (out / "policy" / "spec.json").is_file():
+        import json
+
+        n_modes = len(cfg.query_modes) if cfg.querygen else 1
+        saved = json.loads((out / "policy" / "spec.json").read_text())["spec"].get("n_modes", 1)
+        if saved != n_modes:
+            raise ConfigError(f"warm start: {out / 'policy'} was fitted for {saved} query mode(s), this run has "
+                              f"{n_modes} (querygen / query_modes changed): delete {out} or use another out_dir")
         log.info("warm start: reusing %s", out / "policy")
         return out / "policy"
     t0 = time.perf_counter()
     lam = opts.lam if opts.lam is not None else lam
-    cfg = EnvConfig.from_dict({**PRESETS["microworld"], **env_config, "max_questions": None})
     comps = build_components(cfg)
     n_split = len(comps.questions)
     n = n_split if opts.questions is None else min(int(opts.questions), n_split)
