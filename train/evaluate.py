@@ -94,6 +94,8 @@ def evaluate_policy(policy_or_trigger: Any, env_config: dict | Any, question_ind
 
         bar = tqdm(total=len(wanted), initial=len(wanted) - len(todo), desc=progress, unit="q", leave=False)
     venv = BatchedRetrievalEnv(min(batch_size, max(1, len(todo))), cfg, components=components) if todo else None
+    if venv is not None and callable(getattr(trigger, "bind_modes", None)):  # a learned QueryGen head: its modes
+        trigger.bind_modes(list(venv.envs[0].config.query_modes))  # by name, in this env's order
     lam = (venv.envs[0].get_cost_weights() if venv is not None
            else {k: float(v) for k, v in (cfg.get("costs") or {}).items()})
     try:

@@ -101,6 +101,7 @@ class LearnedTrigger:
         self.threshold = float(threshold)
         self.querygen = (net.query_head is not None) if querygen is None else querygen
         self.fingerprint: str | None = None  # content hash of the export it was loaded from (policy_fingerprint)
+        self.mode_index: list[int] | None = None  # the policy's mode i -> the env's (bind_modes)
 
     @classmethod
     def load(cls, path: str | Path, name: str | None = None, querygen: bool | None = None,
@@ -123,11 +124,25 @@ class LearnedTrigger:
         return (float(torch.softmax(out["retrieve_logits"], -1)[0, 1]),
                 torch.softmax(out["mode_logits"], -1)[0].numpy())
 
+    def bind_modes(self, env_modes: list[str]) -> None:
+        """Map the query head's modes (the training env's ``query_modes``, saved in the spec) onto an env's
+        ``query_modes``, which may list them in another order; a mode the env lacks is an error."""
+        names = list(self.net.spec.query_modes)
+        if not self.querygen or not names:  # no head, or an export from before the names were saved: by index
+            self.mode_index = None
+            return
+        missing = [m for m in names if m not in env_modes]
+        if missing:
+            raise ValueError(f"policy '{self.name}': its query head chooses among {names}, but the env's query_modes "
+                             f"{list(env_modes)} lack {missing} (add them to the env config)")
+        self.mode_index = [list(env_modes).index(m) for m in names]
+
     def decide(self, observation: dict[str, Any], info: dict[str, Any]):
         p, modes = self.probs(observation)
         r = int(p > self.threshold)
         if self.querygen:
-            return (r, int(np.argmax(modes)))
+            m = int(np.argmax(modes))
+            return (r, m if self.mode_index is None else self.mode_index[m])
         return r
 
     def describe(self) -> str:

@@ -88,7 +88,8 @@ def test_bench_runs_calibrates_skips_and_resumes(tmp_path):
 
 def test_learned_querygen_rows_choose_the_mode_with_the_policy(tmp_path):
     """A learned row with ``querygen: true`` runs the env with QueryGen actions in every path — plain, selected on
-    dev among snapshots, calibrated — so the policy's own mode head picks each query."""
+    dev among snapshots, calibrated — so the policy's own mode head picks each query, by the mode's name: the bench
+    env lists the modes in another order than the training env did."""
     import shutil
 
     import torch
@@ -100,7 +101,8 @@ def test_learned_querygen_rows_choose_the_mode_with_the_policy(tmp_path):
 
     env_cfg = {"rsus_components": ["ent"], "query_modes": ["info_need", "step"], "querygen": True}
     env = make_env("microworld", env_cfg)
-    net = PolicyNet(spec_from_spaces(env.observation_space, env.action_space, {"arch": "mlp"}))
+    net = PolicyNet(spec_from_spaces(env.observation_space, env.action_space,
+                                     {"arch": "mlp", "query_modes": ["info_need", "step"]}))
     env.close()
     with torch.no_grad():  # always retrieve, always with the second mode ('step')
         net.retrieve_head.bias.copy_(torch.tensor([-5.0, 5.0]))
@@ -111,7 +113,7 @@ def test_learned_querygen_rows_choose_the_mode_with_the_policy(tmp_path):
     cfg = _cfg(tmp_path, [{"name": "CoT", "kind": "never"}, {**row, "name": "qg"},
                           {**row, "name": "qg-selected", "select_on_dev": True},
                           {**row, "name": "qg-calibrated", "calibrate": True, "thresholds": [0.5]}],
-               env={"split": "dev", "rsus_components": ["ent"], "query_modes": ["info_need", "step"],
+               env={"split": "dev", "rsus_components": ["ent"], "query_modes": ["step", "info_need"],
                     "cache_path": str(tmp_path / "cache.sqlite")}, dev="0:3", test="3:6")
     s = run_bench(cfg)
     for name in ("qg", "qg-selected", "qg-calibrated"):
@@ -119,7 +121,11 @@ def test_learned_querygen_rows_choose_the_mode_with_the_policy(tmp_path):
         files = list((tmp_path / "bench" / "per_question" / "test").glob(f"{name}*.jsonl"))
         rows = [json.loads(x) for f in files for x in f.read_text().splitlines()]
         modes = {d["action"][1] for r in rows for d in r["decisions"] if d["action"][0] == 1}
-        assert modes == {1}, (name, modes)
+        assert modes == {0}, (name, modes)  # the policy's 'step' is the bench env's mode 0
+    from policies.rl.export import LearnedTrigger
+
+    with pytest.raises(ValueError, match=r"lack \['info_need'\]"):
+        LearnedTrigger.load(policy).bind_modes(["step", "question_step"])
 
 
 def test_bench_config_errors(tmp_path):
