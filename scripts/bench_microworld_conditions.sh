@@ -4,21 +4,22 @@
 # trains the main recipe and its signals-only ablation × seeds 0-2, then benchmarks the condition. Reruns skip
 # finished runs (each run's warm-start labels come from the shared trajectory cache after the first seed) and
 # finished benchmark rows.
-#   scripts/bench_microworld_conditions.sh [a|b|all]      (all: ≈ 75 min on 2 CPUs from a cold cache)
+#   scripts/bench_microworld_conditions.sh [a|b|all]      (b: 53 min on 2 CPUs from a cold cache; all ≈ 2 × that)
 source "$(dirname "$0")/lib_runs.sh"
 which=${1:-all}
 case "$which" in a|b|all) ;; *) echo "usage: $0 [a|b|all]" >&2; exit 2;; esac
-if [ "$which" != b ]; then
+condition() {  # main-recipe config, signals-only config, run-name prefix, bench config
   for s in 0 1 2; do
-    train configs/train_microworld.yaml "$s" "runs/train/microworld_s$s"
-    train configs/train_microworld_signals_only.yaml "$s" "runs/train/microworld_signals_only_s$s"
+    train "$1" "$s" "runs/train/${3}_s$s"
+    train "$2" "$s" "runs/train/${3}_signals_only_s$s"
   done
-  "$PY" -m eval bench policies --config configs/bench_microworld_seeds.yaml
+  "$PY" -m eval bench policies --config "$4"
+}
+if [ "$which" != b ]; then
+  condition configs/train_microworld.yaml configs/train_microworld_signals_only.yaml microworld \
+    configs/bench_microworld_seeds.yaml
 fi
 if [ "$which" != a ]; then
-  for s in 0 1 2; do
-    train configs/train_microworld_factdisjoint.yaml "$s" "runs/train/microworld_fd_s$s"
-    train configs/train_microworld_factdisjoint_signals_only.yaml "$s" "runs/train/microworld_fd_signals_only_s$s"
-  done
-  "$PY" -m eval bench policies --config configs/bench_microworld_factdisjoint.yaml
+  condition configs/train_microworld_factdisjoint.yaml configs/train_microworld_factdisjoint_signals_only.yaml \
+    microworld_fd configs/bench_microworld_factdisjoint.yaml
 fi
