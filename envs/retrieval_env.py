@@ -280,24 +280,23 @@ def _rerank_by_eigenscore(c, cfg: EnvConfig, eps: list[Episode], jobs: list[dict
             cands += [(j, p) for p in select_passages(hits, ep.used, SelectionConfig(top_k=cfg.top_k,
                                                                                        n_inject=cfg.top_k))]
     if not cands:
-        return
+        return 0
     conds = [_evidence_state(c, cfg, jobs[j]["before"], tuple(eps[j].record.evidence) + (p.text,))
              for j, p in cands]
     outs = c.reasoner.next_step(conds)
     c.precompute([step for step, _ in outs], conds)
     best: dict[int, tuple] = {}
     scores: dict[int, list] = {}
+    tokens: dict[int, int] = {}
+    injected: dict[int, int] = {}
     for (j, p), cond, (step, after) in zip(cands, conds, outs):
         features = c.features(step, cond)
         score = features[1].get("eigenscore", float("inf"))
         scores.setdefault(j, []).append([p.id, score])
+        tokens[j] = tokens.get(j, 0) + step.n_tokens
+        injected[j] = injected.get(j, 0) + len(p.text.split())
         if j not in best or score < best[j][0]:
             best[j] = (score, p, cond, step, after, features)
-    tokens = {j: 0 for j in best}
-    injected = {j: 0 for j in best}
-    for (j, p), (step, _) in zip(cands, outs):
-        tokens[j] += step.n_tokens
-        injected[j] += len(p.text.split())
     for j, (_, p, cond, step, after, features) in best.items():
         jobs[j].update(passage_ids=(p.id,), evidence=tuple(eps[j].record.evidence) + (p.text,),
                        injected=injected[j], cond=cond, step=step, after=after, features=features,
