@@ -74,9 +74,12 @@ def enumerate_leaves_batched(venv, question_indices: list[int], max_leaves: int 
     ``prune_lambda``: branch and bound for the best leaf at that λ (:func:`best_leaf` with weights
     ``{"retrieval_calls": λ}``). The never-retrieve leaf of each question is found first; from then on a prefix
     none of whose leaves can reach the best reward found so far for its question (``quality_max − λ·calls`` below
-    it: calls only grow along a branch) is not expanded. The best leaf is the one the full search finds; the lists
-    hold fewer leaves. On the micro-world this skips every retrieval branch of a question the closed-book chain
-    already answers right."""
+    it: calls only grow along a branch) is not expanded. The search then goes level by level in retrieval calls:
+    every leaf with c calls is finished before any prefix with c + 1 calls is expanded, so the bound is as tight as
+    the tree allows when it is checked (a question that one retrieval fixes never opens a two-call branch; without
+    the levels those branches are expanded before the one-call leaves finish, and with several query modes the
+    tree is 5-way at each step). The best leaf is the one the full search finds; the lists hold fewer leaves. On
+    the micro-world this skips every retrieval branch of a question the closed-book chain already answers right."""
     from envs.retrieval_env import reset_batch, step_batch
 
     envs = venv.envs
@@ -92,7 +95,14 @@ def enumerate_leaves_batched(venv, question_indices: list[int], max_leaves: int 
         return prune_lambda is None or quality_max - prune_lambda * calls >= best[q] - 1e-12
 
     def search(frontier: list[tuple[int, tuple]], only_accept: bool, never_recorded: bool) -> None:
-        while frontier:
+        calls_level = 0  # with pruning: the prefixes open now have this many calls; one more waits in `deferred`
+        deferred: list[tuple[int, tuple, int]] = []  # (question, prefix, its calls)
+        while frontier or deferred:
+            if not frontier:  # every leaf with calls_level calls is done: the bound is final for this level
+                calls_level += 1
+                frontier = [(q, a) for q, a, c in deferred if worth(q, c)]
+                deferred = []
+                continue
             nxt: list[tuple[int, tuple]] = []
             for start in range(0, len(frontier), len(envs)):
                 chunk = frontier[start:start + len(envs)]
@@ -126,9 +136,13 @@ def enumerate_leaves_batched(venv, question_indices: list[int], max_leaves: int 
                         nxt.append((q, a + (accept,)))
                     if (not only_accept and info["retrievals"] < cfg.max_retrievals_per_question
                             and info["retrievals_this_step"] < cfg.max_retrievals_per_step and worth(q, calls + 1)):
-                        nxt += [(q, a + (r,)) for r in retrieve]
+                        if prune_lambda is None:
+                            nxt += [(q, a + (r,)) for r in retrieve]
+                        else:
+                            deferred += [(q, a + (r,), calls + 1) for r in retrieve]
             if progress is not None:
-                progress.set_postfix_str(f"{len(nxt)} open prefixes")
+                progress.set_postfix_str(f"{len(nxt)} open prefixes"
+                                         + (f", {calls_level} calls" if prune_lambda is not None else ""))
             frontier = nxt
 
     if prune_lambda is not None:  # the closed-book chain first: its reward bounds the whole tree

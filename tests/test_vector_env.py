@@ -82,19 +82,24 @@ def test_batched_tree_search_finds_the_same_leaves(cfg):
     assert {q: sorted((lf.actions, lf.quality, lf.calls) for lf in v) for q, v in bfs.items()} == dfs
 
 
-def test_branch_and_bound_finds_the_best_leaf_of_the_full_search(cfg):
+@pytest.mark.parametrize("modes", [None, [0, 1]], ids=["plain", "querygen"])
+def test_branch_and_bound_finds_the_best_leaf_of_the_full_search(cfg, modes):
+    """Pruning at λ (searched level by level in retrieval calls) keeps the full search's best leaf, with plain
+    actions and with each retrieval branching over two query modes."""
     from envs.retrieval_env import RetrievalTimingEnv
     from envs.vector import BatchedRetrievalEnv
     from eval.oracle import best_leaf, enumerate_leaves_batched
 
     c = {**cfg, "max_retrievals_per_question": 3}
+    if modes is not None:
+        c.update(querygen=True, query_modes=["info_need", "step"])
     env = RetrievalTimingEnv(c)
     venv = BatchedRetrievalEnv(4, c, components=env.c)
     qs = list(range(6))
-    full = enumerate_leaves_batched(venv, qs)
+    full = enumerate_leaves_batched(venv, qs, modes=modes)
     fewer = 0
     for lam in (0.0, 0.1, 0.4, 2.0):
-        pruned = enumerate_leaves_batched(venv, qs, prune_lambda=lam)
+        pruned = enumerate_leaves_batched(venv, qs, prune_lambda=lam, modes=modes)
         for q in qs:
             assert best_leaf(pruned[q], {"retrieval_calls": lam}) == best_leaf(full[q], {"retrieval_calls": lam})
             assert len({lf.actions for lf in pruned[q]}) == len(pruned[q]) <= len(full[q])  # no leaf twice

@@ -179,7 +179,7 @@ def test_query_modes_are_calibrated_on_dev_and_the_best_fixed_is_chosen_on_dev(t
                {"name": "CacheOracle", "kind": "cache_oracle"},
                {"name": "CacheOracle[any]", "kind": "cache_oracle", "query_modes": ["all"]}]
     cfg = _cfg(tmp_path, methods, env={"split": "dev", "rsus_components": ["ent"], "query_modes": modes,
-                                       "cache_path": str(tmp_path / "cache.sqlite")}, test_curves=False)
+                                       "cache_path": str(tmp_path / "cache.sqlite")}, test="6:12", test_curves=False)
     s = run_bench(cfg)
     cal = s["calibration"]["MinProb[q]"]
     assert {r["mode"] for r in cal["sweep"]} == set(modes)

@@ -45,7 +45,9 @@ def test_querygen_labels_equal_brute_force_per_query_mode(tmp_path):
     from envs.vector import BatchedRetrievalEnv
     from eval.oracle import enumerate_leaves_batched
 
-    env_cfg = {**ENV, "cache_path": str(tmp_path / "c.sqlite"), "querygen": True}
+    # one retrieval per episode: the tree holds exactly the leaves the labels need (retrieve once at k with mode
+    # m, closed book elsewhere), not every multi-retrieval branch (3^steps)
+    env_cfg = {**ENV, "cache_path": str(tmp_path / "c.sqlite"), "querygen": True, "max_retrievals_per_question": 1}
     lam, qs = 0.1, [0, 1, 2, 3]
     data = counterfactual_labels(env_cfg, qs, WarmStartOptions(enabled=True, batch_envs=4), lam, tmp_path / "ws",
                                  progress=False)
