@@ -1,25 +1,26 @@
 #!/usr/bin/env bash
 # The learned-vs-fixed comparison on both micro-world conditions, 3 seeds each (issue: a learned policy that beats
 # every fixed trigger). Per condition — (a) the default world's held-out questions, (b) the fact-disjoint split —
-# trains the main recipe and its signals-only ablation × seeds 0-2, then benchmarks the condition. Reruns skip
-# finished runs (each run's warm-start labels come from the shared trajectory cache after the first seed) and
-# finished benchmark rows.
-#   scripts/bench_microworld_conditions.sh [a|b|all]      (b: 53 min on 2 CPUs from a cold cache; all ≈ 2 × that)
+# trains the main recipe, its signals-only ablation and its QueryGen-head variant × seeds 0-2, then benchmarks the
+# condition. Reruns skip finished runs (each run's warm-start labels come from the shared trajectory cache after the
+# first seed) and finished benchmark rows.
+#   scripts/bench_microworld_conditions.sh [a|b|all]      (one condition ≈ 1 h on 2 CPUs from a cold cache)
 source "$(dirname "$0")/lib_runs.sh"
 which=${1:-all}
 case "$which" in a|b|all) ;; *) echo "usage: $0 [a|b|all]" >&2; exit 2;; esac
-condition() {  # main-recipe config, signals-only config, run-name prefix, bench config
+condition() {  # run-name prefix, bench config, then the configs: main recipe, signals only, QueryGen head
   for s in 0 1 2; do
-    train "$1" "$s" "runs/train/${3}_s$s"
-    train "$2" "$s" "runs/train/${3}_signals_only_s$s"
+    train "$3" "$s" "runs/train/${1}_s$s"
+    train "$4" "$s" "runs/train/${1}_signals_only_s$s"
+    train "$5" "$s" "runs/train/${1}_querygen_head_s$s"
   done
-  "$PY" -m eval bench policies --config "$4"
+  "$PY" -m eval bench policies --config "$2"
 }
 if [ "$which" != b ]; then
-  condition configs/train_microworld.yaml configs/train_microworld_signals_only.yaml microworld \
-    configs/bench_microworld_seeds.yaml
+  condition microworld configs/bench_microworld_seeds.yaml configs/train_microworld.yaml \
+    configs/train_microworld_signals_only.yaml configs/train_microworld_querygen_head.yaml
 fi
 if [ "$which" != a ]; then
-  condition configs/train_microworld_factdisjoint.yaml configs/train_microworld_factdisjoint_signals_only.yaml \
-    microworld_fd configs/bench_microworld_factdisjoint.yaml
+  condition microworld_fd configs/bench_microworld_factdisjoint.yaml configs/train_microworld_factdisjoint.yaml \
+    configs/train_microworld_factdisjoint_signals_only.yaml configs/train_microworld_factdisjoint_querygen_head.yaml
 fi

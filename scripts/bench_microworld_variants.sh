@@ -9,8 +9,7 @@ parts=${*:-main querygen minilm whole}
 for p in $parts; do
   case "$p" in
     main) for s in 0 1 2; do train configs/train_microworld.yaml "$s" "runs/train/microworld_s$s"; done;;
-    querygen) train configs/train_microworld_querygen_head.yaml 0 runs/train/microworld_querygen_head
-              for s in 1 2; do train configs/train_microworld_querygen_head.yaml "$s" "runs/train/microworld_querygen_head_s$s"; done;;
+    querygen) for s in 0 1 2; do train configs/train_microworld_querygen_head.yaml "$s" "runs/train/microworld_querygen_head_s$s"; done;;
     minilm) train configs/train_microworld_minilm.yaml 0 runs/train/microworld_minilm
             for s in 1 2; do train configs/train_microworld_minilm.yaml "$s" "runs/train/microworld_minilm_s$s"; done;;
     whole) train configs/train_microworld_whole_split.yaml 0 runs/train/microworld_whole;;
