@@ -124,6 +124,10 @@ class ThresholdTrigger(_Base):
     """Retrieve when a named signal crosses a threshold: FLARE (MinProb), DRAGIN (RIND), SeaKR (EigenScore),
     PUlSE / ReProbe (probe probability), RSUS (τ = 0.65), PPL, …
 
+    The decision is per step (the env's unit): a flagged step is regenerated whole with the evidence. For FLARE
+    and SeaKR that is the published unit (a sentence / a reasoning step); DRAGIN fires at a token and regenerates
+    from there, so its benchmark row is named ``DRAGIN[step-level]``.
+
     Args:
         signal: key in ``info["signals"]`` (a scalar signal).
         threshold: the threshold (calibrate it on dev; never copy it from a paper).

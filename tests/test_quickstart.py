@@ -22,7 +22,7 @@ def test_quickstart_trains_benchmarks_and_reports(tmp_path):
     bench = yaml.safe_load(open("configs/bench_microworld.yaml"))
     bench["env"]["cache_path"] = str(tmp_path / "bench_cache.sqlite")
     bench.update(dev="0:12", test="12:36", n_resamples=500, test_curves=False)
-    keep = {"CoT", "IRCoT", "FLARE", "FLARE[q: dev]", "DRAGIN", "SeaKR[no rerank]", "PUlSE-step", "Random", "Oracle[info_need]"}
+    keep = {"CoT", "IRCoT", "FLARE", "FLARE[q: dev]", "DRAGIN[step-level]", "SeaKR[no rerank]", "PUlSE-step", "Random", "Oracle[info_need]"}
     bench["methods"] = [m for m in bench["methods"] if m["name"] in keep or m["kind"] == "learned"]
     (tmp_path / "train.yaml").write_text(yaml.safe_dump(train))
     (tmp_path / "bench.yaml").write_text(yaml.safe_dump(bench))
@@ -33,12 +33,12 @@ def test_quickstart_trains_benchmarks_and_reports(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     assert f"report: {(out / 'report.md').resolve()}" in r.stdout
     report = (out / "report.md").read_text()
-    for name in ("FLARE", "learned", "Random", "Oracle", "| DRAGIN |", "| SeaKR[no rerank] |"):
+    for name in ("FLARE", "learned", "Random", "Oracle", "| DRAGIN[step-level] |", "| SeaKR[no rerank] |"):
         assert name in report
     assert "Skipped" not in report
     s = json.loads((out / "bench" / "summary.json").read_text())
     assert s["methods"]["CoT"]["calls"] == 0.0 and s["methods"]["IRCoT"]["calls"] > 1.0
-    assert not s["skipped"] and s["methods"]["DRAGIN"]["query_mode"] == "qfs"  # its env's default mode
+    assert not s["skipped"] and s["methods"]["DRAGIN[step-level]"]["query_mode"] == "qfs"  # its env's default mode
     assert s["methods"]["learned(λ=0.1)"]["n"] == 24
     assert (out / "train" / "policy_trigger" / "spec.json").is_file() and (out / "train" / "curves.png").is_file()
     assert (out / "bench" / "report.html").is_file()

@@ -1,7 +1,9 @@
 """DRAGIN's RIND (DESIGN §4): token importance × uncertainty × step length; needs attentions.
 
 The query: DRAGIN's QFS is the query mode ``qfs`` (:func:`qfs_terms`; micro-world reasoner); a row that
-queries with another mode is named ``DRAGIN[no QFS]``.
+queries with another mode is named ``DRAGIN[no QFS]``. The trigger is per step (the env's unit of decision): a step
+whose highest RIND exceeds θ is regenerated whole with the evidence, where DRAGIN truncates its output at the trigger
+token and regenerates from there — hence the benchmark row ``DRAGIN[step-level]``.
 
 For content token ``i`` of a step with ``n`` content tokens:
 
