@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from agents.signals.base import SignalUnavailable
 from envs.env_config import EnvConfig
 from envs.observation import episode_fields, group_fields, group_signals, half_fields, scalar_signals
 from envs.registry import Registry
@@ -142,7 +143,10 @@ class Components:
                     scalars.pop(comp, None)
         served = step.meta.get("probes", {})  # computed next to the model by a reasoner service
         for name, probe in self.probes.items():
-            value = float(served[name]) if name in served else float(probe(step, state))
+            try:
+                value = float(served[name]) if name in served else float(probe(step, state))
+            except SignalUnavailable:  # e.g. a step with no content tokens: no pooled states to read
+                continue  # masked: left out of the scalars, listed in info["masked_signals"]
             if np.isfinite(value):
                 scalars[name] = value
         return feats, scalars, mask

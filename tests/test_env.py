@@ -177,3 +177,37 @@ def test_rsus_options_gate_u_cons_at_discourse_markers():
         make_env("microworld", {"rsus_options": {"w_verb": 1.0}})
     with pytest.raises(ConfigError, match="rsus_options.n_samples must be an integer >= 1"):
         make_env("microworld", {"rsus_options": {"n_samples": 0}})
+
+
+def test_a_probe_on_a_step_without_hidden_states_is_masked_not_an_error(cfg):
+    """A step with no content tokens has no pooled hidden states: a probe signal (PUlSE / ReProbe probes,
+    ``EnvConfig.probes``) is masked there — listed in ``info["masked_signals"]`` — as PUlSE itself is; it used to
+    stop the episode (seen in the 4-mode cache oracle, whose long evidence leaves some steps empty)."""
+    from agents.signals.base import SignalUnavailable
+    from policies.probes import FeatureSpec
+
+    spec = FeatureSpec("pulse", layers=(0, 1))
+    env = gym.make("kairos/MicroWorld-v0", config=cfg).unwrapped
+    calls = []
+
+    def probe(step, state):
+        calls.append(step.hidden_mean is not None)
+        return float(spec.step_features(step).mean())
+
+    env.c.probes["p"] = probe  # a live probe over the same features as policies.probes.Probe
+    masked = seen = 0
+    for q in range(4):
+        obs, info = env.reset(options={"question_index": q})
+        done = False
+        while True:
+            assert ("p" in info["signals"]) != ("p" in info["masked_signals"])
+            masked += "p" in info["masked_signals"]
+            seen += "p" in info["signals"]
+            if done:
+                break
+            obs, _, te, tr, info = env.step(1)
+            done = te or tr
+    assert masked > 0 and calls.count(False) > 0  # steps without states were met, and masked
+    step = type("S", (), {"index": 3, "hidden_mean": None, "hidden_last": None, "meta": {}, "content": ""})()
+    with pytest.raises(SignalUnavailable, match="step 3 has no captured hidden states"):
+        spec.step_features(step)

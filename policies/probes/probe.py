@@ -86,6 +86,11 @@ class FeatureSpec:
     def from_dict(cls, d: dict[str, Any]) -> FeatureSpec:
         return cls(**{**d, "layers": tuple(d["layers"]) if d.get("layers") is not None else None})
 
+    @property
+    def signal_needs_states(self) -> bool:
+        """Whether the features come from the reasoner's pooled hidden states (PUlSE, ReProbe)."""
+        return self.signal in ("pulse", "reprobe")
+
     def describe(self) -> str:
         iv = f"layer interval {list(self.layers)}, " if self.layers is not None else ""
         return f"{self.signal} ({iv}pooling {self.pooling}, parts {self.parts}{', ' + self.extra if self.extra else ''})"
@@ -96,7 +101,7 @@ class FeatureSpec:
         """``[N, F]`` features of ``N`` steps from their pooled states ``[N, L+1, d]`` or texts."""
         from agents.signals.hidden import pulse_features
 
-        if self.signal in ("pulse", "reprobe"):
+        if self.signal_needs_states:
             h = hidden_mean if self.pooling == "mean" else hidden_last
             if h is None:
                 raise ValueError(f"{self.describe()} needs {self.pooling}-pooled hidden states")
@@ -109,7 +114,13 @@ class FeatureSpec:
         return proxy_features(texts or [], embeddings if "embedding" in self.extra else None)
 
     def step_features(self, step: Step) -> np.ndarray:
-        """``[1, F]`` features of one live step."""
+        """``[1, F]`` features of one live step. A step with no content tokens has no pooled states (the reasoner
+        captures them over the step's content): :class:`~agents.signals.base.SignalUnavailable`, so the env masks
+        the probe there as it masks PUlSE itself."""
+        from agents.signals.base import SignalUnavailable
+
+        if self.signal_needs_states and (step.hidden_mean if self.pooling == "mean" else step.hidden_last) is None:
+            raise SignalUnavailable(f"step {step.index} has no captured hidden states for {self.describe()}")
         emb = step.meta.get("sentence_embedding")
         return self.compute(
             hidden_mean=None if step.hidden_mean is None else np.asarray(step.hidden_mean)[None],
