@@ -143,15 +143,22 @@ class Components:
                     scalars.pop(comp, None)
         served = step.meta.get("probes", {})  # computed next to the model by a reasoner service
         for name, probe in self.probes.items():
-            try:
-                value = float(served[name]) if name in served else float(probe(step, state))
-            except SignalUnavailable:  # e.g. a step with no content tokens: no pooled states to read
-                continue  # masked: left out of the scalars, listed in info["masked_signals"]
-            if np.isfinite(value):
+            value = float(served[name]) if name in served else probe_value(probe, step, state)
+            if np.isfinite(value):  # NaN: masked — left out of the scalars, listed in info["masked_signals"]
                 scalars[name] = value
         return feats, scalars, mask
 
 
+
+
+def probe_value(probe, step, state) -> float:
+    """A probe's score of one step; NaN (masked) where the step lacks what it reads — e.g. a step with no content
+    tokens has no pooled hidden states (:class:`~agents.signals.base.SignalUnavailable`), as PUlSE itself masks it.
+    Used by the env and by the reasoner service that scores probes next to the model."""
+    try:
+        return float(probe(step, state))
+    except SignalUnavailable:
+        return float("nan")
 
 
 def record_groups(config: EnvConfig) -> list[str]:

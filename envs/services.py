@@ -216,10 +216,12 @@ class ReasonerReplica:
     def _attach_features(self, step: Step, before: Any) -> None:
         """The model-side signals and probe scores into ``step.meta`` (the env's extractor reads them there); the
         per-layer hidden states dropped, so the step travels in kilobytes."""
+        from envs.components import probe_value
+
         ex, probes = self.features
         sig = ex(step, before)
         step.meta["signals"] = {n: (sig[n] if sig["mask"][i] > 0 else None) for i, n in enumerate(ex.names)}
-        step.meta["probes"] = {n: float(p(step, before)) for n, p in probes.items()}
+        step.meta["probes"] = {n: probe_value(p, step, before) for n, p in probes.items()}  # NaN: masked
         if self.strip:
             step.hidden_mean = step.hidden_last = step.hidden_first = None
 

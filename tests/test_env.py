@@ -208,6 +208,11 @@ def test_a_probe_on_a_step_without_hidden_states_is_masked_not_an_error(cfg):
             obs, _, te, tr, info = env.step(1)
             done = te or tr
     assert masked > 0 and calls.count(False) > 0  # steps without states were met, and masked
-    step = type("S", (), {"index": 3, "hidden_mean": None, "hidden_last": None, "meta": {}, "content": ""})()
+    # the reasoner service scores probes next to the model through the same function: NaN there, masked by the env
+    from envs.components import probe_value
+
+    assert np.isnan(probe_value(probe, step_without_states := type("S", (), {
+        "index": 3, "hidden_mean": None, "hidden_last": None, "meta": {}, "content": ""})(), None))
+    assert probe_value(lambda st, state: 0.25, step_without_states, None) == 0.25
     with pytest.raises(SignalUnavailable, match="step 3 has no captured hidden states"):
-        spec.step_features(step)
+        spec.step_features(step_without_states)
