@@ -55,7 +55,7 @@ def test_probe_signal_through_the_env_and_mismatch_error(tmp_path, tiny_world):
 
     out = tmp_path / "pulse"
     r = subprocess.run([sys.executable, "-m", "eval", "probe", "train", "--signal", "pulse", "--layers", "0,6",
-                        "--n-questions", "60", "--n-eval-questions", "0", "--max-epochs", "5", "--out", str(out),
+                        "--n-questions", "30", "--n-eval-questions", "0", "--max-epochs", "5", "--out", str(out),
                         "--cache-dir", str(tmp_path / "steps")], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     env = gym.make("kairos/MicroWorld-v0", config={"split": "dev", "rsus_components": ["ent"],

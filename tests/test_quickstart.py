@@ -21,13 +21,13 @@ def test_quickstart_trains_benchmarks_and_reports(tmp_path):
     train["warmstart"].update(questions=24, epochs=3)
     bench = yaml.safe_load(open("configs/bench_microworld.yaml"))
     bench["env"]["cache_path"] = str(tmp_path / "bench_cache.sqlite")
-    bench.update(dev="0:12", test="12:36", n_resamples=500, test_curves=False)
+    bench.update(dev="0:10", test="10:26", n_resamples=500, test_curves=False)
     keep = {"CoT", "IRCoT", "FLARE", "FLARE[q: dev]", "DRAGIN[step-level]", "SeaKR[no rerank]", "PUlSE-step", "Random", "Oracle[info_need]"}
     bench["methods"] = [m for m in bench["methods"] if m["name"] in keep or m["kind"] == "learned"]
     (tmp_path / "train.yaml").write_text(yaml.safe_dump(train))
     (tmp_path / "bench.yaml").write_text(yaml.safe_dump(bench))
     out = tmp_path / "qs"
-    r = subprocess.run([sys.executable, "-m", "eval", "quickstart", "--out", str(out), "--n", "24",
+    r = subprocess.run([sys.executable, "-m", "eval", "quickstart", "--out", str(out), "--n", "16",
                         "--train-config", str(tmp_path / "train.yaml"), "--bench-config", str(tmp_path / "bench.yaml")],
                        capture_output=True, text=True, timeout=1200)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -39,7 +39,7 @@ def test_quickstart_trains_benchmarks_and_reports(tmp_path):
     s = json.loads((out / "bench" / "summary.json").read_text())
     assert s["methods"]["CoT"]["calls"] == 0.0 and s["methods"]["IRCoT"]["calls"] > 1.0
     assert not s["skipped"] and s["methods"]["DRAGIN[step-level]"]["query_mode"] == "qfs"  # its env's default mode
-    assert s["methods"]["learned(λ=0.1)"]["n"] == 24
+    assert s["methods"]["learned(λ=0.1)"]["n"] == 16
     assert (out / "train" / "policy_trigger" / "spec.json").is_file() and (out / "train" / "curves.png").is_file()
     assert (out / "bench" / "report.html").is_file()
     m = json.loads((out / "microworld_eval.json").read_text())

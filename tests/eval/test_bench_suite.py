@@ -80,9 +80,9 @@ def test_one_seed_benchmark_per_answer_kind_runs_end_to_end_from_its_config(tmp_
         cfg = yaml.safe_load((REPO / b).read_text())
         cfg["env"]["cache_path"] = str(tmp_path / f"{cfg['name']}.sqlite")
         cfg["n_resamples"] = 200
-        # the two extremes and one dev-calibrated threshold: every env and answer path of the config, a third of
-        # the generation (the other rows are the same code paths, covered on the micro-world)
-        cfg["methods"] = [m for m in cfg["methods"] if m["name"] in ("CoT", "IRCoT", "FLARE")]
+        # the two extremes — closed book, and a retrieval at every step: every env, retrieval and answer path of
+        # the config (threshold calibration, the other rows' code path, is covered on the micro-world)
+        cfg["methods"] = [m for m in cfg["methods"] if m["name"] in ("CoT", "IRCoT")]
         benches.append(str(_write(tmp_path / f"{cfg['name']}.yaml", cfg)))
     suite_path = _write(tmp_path / "suite.yaml", {"name": "smoke", "benchmarks": benches,
                                                   "overrides": ["dev=0:1", "test=1:3"]})
@@ -95,4 +95,5 @@ def test_one_seed_benchmark_per_answer_kind_runs_end_to_end_from_its_config(tmp_
         assert summary["setup"]["answer_closing"] is True
         cot = summary["methods"]["CoT"]
         assert cot["n"] == 2 and cot["no_answer_share"] is not None and set(cot["metrics"])
+        assert summary["methods"]["IRCoT"]["calls"] > 0 and summary["methods"]["IRCoT"]["n"] == 2
     assert (tmp_path / "out" / "summary.md").is_file()
