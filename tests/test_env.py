@@ -195,14 +195,13 @@ def test_a_probe_on_a_step_without_hidden_states_is_masked_not_an_error(cfg):
         return float(spec.step_features(step).mean())
 
     env.c.probes["p"] = probe  # a live probe over the same features as policies.probes.Probe
-    masked = seen = 0
+    masked = 0
     for q in range(4):
         obs, info = env.reset(options={"question_index": q})
         done = False
         while True:
             assert ("p" in info["signals"]) != ("p" in info["masked_signals"])
             masked += "p" in info["masked_signals"]
-            seen += "p" in info["signals"]
             if done:
                 break
             obs, _, te, tr, info = env.step(1)
