@@ -19,6 +19,9 @@ condition() {  # run-name prefix, bench config, then the configs: main recipe, s
 if [ "$which" != b ]; then
   condition microworld configs/bench_microworld_seeds.yaml configs/train_microworld.yaml \
     configs/train_microworld_signals_only.yaml configs/train_microworld_querygen_head.yaml
+  # the main job's recipe (the QueryGen head over info_need / step) × 3 seeds beside the main recipe's seeds
+  for s in 0 1 2; do train configs/train_microworld_querygen_2modes.yaml "$s" "runs/train/microworld_querygen_2modes_s$s"; done
+  "$PY" -m eval bench policies --config configs/bench_microworld_querygen_2modes.yaml
 fi
 if [ "$which" != a ]; then
   condition microworld_fd configs/bench_microworld_factdisjoint.yaml configs/train_microworld_factdisjoint.yaml \

@@ -65,6 +65,8 @@ class WarmStartOptions(ConfigBase):
     batch_size: int = helpf(256, "decisions per gradient step")
     val_share: float = helpf(0.1, "share of the labelled questions held out to choose the epoch")
     batch_envs: int = helpf(16, "questions in flight per batched generation call while labelling")
+    workers: int = helpf(1, "processes labelling contiguous shards of the questions in parallel (one CPU and one "
+                            "model copy each; the labels are the same for any number)")
 
     def validate(self) -> None:
         if self.behavior not in ("never", "threshold"):
@@ -79,8 +81,8 @@ class WarmStartOptions(ConfigBase):
             raise ConfigError(f"WarmStartOptions: val_share must be in (0, 1), got {self.val_share}")
         if self.lam is not None and not (np.isfinite(self.lam) and self.lam >= 0):
             raise ConfigError(f"WarmStartOptions: lam must be a finite number >= 0, got {self.lam}")
-        if self.epochs < 1 or self.lr <= 0 or self.batch_size < 1 or self.batch_envs < 1:
-            raise ConfigError("WarmStartOptions: epochs, batch_size, batch_envs must be >= 1 and lr > 0")
+        if self.epochs < 1 or self.lr <= 0 or self.batch_size < 1 or self.batch_envs < 1 or self.workers < 1:
+            raise ConfigError("WarmStartOptions: epochs, batch_size, batch_envs, workers must be >= 1 and lr > 0")
 
 
 # ---------------------------------------------------------------- triggers used for labelling
@@ -151,12 +153,14 @@ def counterfactual_labels(env_config: dict[str, Any], questions: list[int], opts
     Returns ``{"obs": {field: [N, d]}, "y", "w", "delta", "delta_modes", "base_action", "base_reward",
     "question"}`` arrays over the N labelled decisions, in (question, step) order. ``delta_modes[:, m]`` is
     ``R(retrieve at k with mode m) − R(accept at k)`` — one column (the env's default mode) without QueryGen;
-    ``delta`` is its row maximum."""
+    ``delta`` is its row maximum. With ``opts.workers > 1`` the questions are cut into that many contiguous
+    shards, each labelled by its own process (its own reasoner; the trajectory cache is shared through its
+    SQLite file) and the rows concatenated in question order: a question's labels depend on nothing but the
+    question (greedy decoding), so they equal the one-process labels; the observations are equal up to the float
+    rounding of a batched forward pass (as for another ``batch_envs``)."""
     from envs.components import build_components
     from envs.env_config import EnvConfig
     from envs.registration import PRESETS
-    from policies.triggers import FixedModeTrigger
-    from train.evaluate import evaluate_policy
 
     cfg = EnvConfig.from_dict({**PRESETS["microworld"], **env_config,
                                "costs": {**(env_config.get("costs") or {}), "retrieval_calls": lam},
@@ -165,6 +169,52 @@ def counterfactual_labels(env_config: dict[str, Any], questions: list[int], opts
     if opts.behavior == "threshold" and opts.signal not in comps.scalar_names():
         raise ConfigError(f"WarmStartOptions.signal '{opts.signal}' is not produced by this env (available: "
                           f"{', '.join(comps.scalar_names())})")
+    n_shards = min(opts.workers, len(questions))
+    if n_shards <= 1:
+        return _label_shard(cfg, questions, opts, out_dir, comps, progress)
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    bounds = np.linspace(0, len(questions), n_shards + 1).round().astype(int)
+    shards = [questions[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+    log.info("warm start: %d questions in %d shards (%s), one process each", len(questions), n_shards,
+             ", ".join(str(len(s)) for s in shards))
+    root = logging.getLogger()  # the workers log as the driver does (it may have configured nothing)
+    log_level = root.getEffectiveLevel() if root.handlers else None
+    with cf.ProcessPoolExecutor(n_shards, mp_context=mp.get_context("spawn"), initializer=_init_worker,
+                                initargs=(log_level,)) as pool:
+        futures = [pool.submit(_label_shard, cfg.to_dict(), shard, opts, out_dir / f"shard{i}", None,
+                               progress and i == 0) for i, shard in enumerate(shards)]
+        parts = [f.result() for f in futures]  # in shard order, so the rows stay in question order
+    n = np.array([len(s) for s in shards], dtype=np.float64)
+    merged = {"obs": {f: np.concatenate([p["obs"][f] for p in parts]) for f in parts[0]["obs"]},
+              "modes": parts[0]["modes"]}
+    for key in ("y", "w", "delta", "delta_modes", "base_action", "base_reward", "question"):
+        merged[key] = np.concatenate([p[key] for p in parts])
+    for key in ("behavior_reward", "behavior_accuracy", "behavior_calls"):  # means over each shard's questions
+        merged[key] = float(np.dot(n, [p[key] for p in parts]) / n.sum())
+    return merged
+
+
+def _init_worker(log_level: int | None) -> None:
+    import torch
+
+    torch.set_num_threads(1)  # one CPU per labelling process
+    if log_level is not None:
+        logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s[pid %(process)d]: %(message)s",
+                            datefmt="%H:%M:%S")
+
+
+def _label_shard(cfg, questions: list[int], opts: WarmStartOptions, out_dir: Path, comps,
+                 progress: bool) -> dict[str, Any]:
+    """:func:`counterfactual_labels` of one process (``cfg``: the EnvConfig or, in a worker, its dict)."""
+    from envs.components import build_components
+    from envs.env_config import EnvConfig
+    from policies.triggers import FixedModeTrigger
+    from train.evaluate import evaluate_policy
+
+    cfg = cfg if isinstance(cfg, EnvConfig) else EnvConfig.from_dict(cfg)
+    comps = comps or build_components(cfg)
     base = behavior_trigger(opts)
     modes = list(cfg.query_modes) if cfg.querygen else list(cfg.query_modes[:1])
 
@@ -172,7 +222,8 @@ def counterfactual_labels(env_config: dict[str, Any], questions: list[int], opts
         return FixedModeTrigger(trigger, 0, modes[0]) if cfg.querygen else trigger
 
     seen: dict = {}
-    log.info("warm start: %s episodes on %d questions (λ = %g)", opts.behavior, len(questions), lam)
+    log.info("warm start: %s episodes on %d questions (λ = %g)", opts.behavior, len(questions),
+             cfg.costs["retrieval_calls"])
     desc = "warm start: behavior episodes" if progress else None
     r0 = evaluate_policy(first_mode(Recorder(base, seen)), cfg, questions, batch_size=opts.batch_envs,
                          components=comps, return_episodes=True, progress=desc)

@@ -85,7 +85,9 @@ def test_one_seed_benchmark_per_answer_kind_runs_end_to_end_from_its_config(tmp_
         cfg["methods"] = [m for m in cfg["methods"] if m["name"] in ("CoT", "IRCoT")]
         benches.append(str(_write(tmp_path / f"{cfg['name']}.yaml", cfg)))
     suite_path = _write(tmp_path / "suite.yaml", {"name": "smoke", "benchmarks": benches,
-                                                  "overrides": ["dev=0:1", "test=1:3"]})
+                                                  # two steps: IRCoT's retrieve-every-step path runs twice per
+                                                  # question (SmolLM2 decoding is the test's whole cost)
+                                                  "overrides": ["dev=0:1", "test=1:3", "env.max_steps=2"]})
     suite, cfgs = load_suite(str(suite_path), out=str(tmp_path / "out"))
     s = run_suite(suite, cfgs)
     assert list(s["benchmarks"]) == ["musique", "medqa", "pubmedqa"]

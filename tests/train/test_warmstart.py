@@ -73,6 +73,31 @@ def test_querygen_labels_equal_brute_force_per_query_mode(tmp_path):
     assert plain["delta_modes"].shape[1] == 1
 
 
+def test_labels_from_worker_processes_equal_the_one_process_labels(tmp_path):
+    """`workers: 2` labels two contiguous shards in two processes, each from its own cold cache here: the merged
+    rows (QueryGen labels, π₀'s means; observations up to float rounding) equal the one-process run's, in question
+    order."""
+    env_cfg = {**ENV, "querygen": True}
+    qs, lam = [0, 1, 2, 3, 4], 0.1
+    one = counterfactual_labels({**env_cfg, "cache_path": str(tmp_path / "a.sqlite")}, qs,
+                                WarmStartOptions(enabled=True, batch_envs=4), lam, tmp_path / "one", progress=False)
+    two = counterfactual_labels({**env_cfg, "cache_path": str(tmp_path / "b.sqlite")}, qs,
+                                WarmStartOptions(enabled=True, batch_envs=4, workers=2), lam, tmp_path / "two",
+                                progress=False)
+    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == ["shard0", "shard1"]
+    assert two["modes"] == one["modes"] and list(two["question"]) == list(one["question"])
+    assert set(two["question"][:1]) == {0} and set(two["question"][-1:]) == {4}
+    for key in ("y", "w", "delta", "delta_modes", "base_action", "base_reward"):
+        np.testing.assert_array_equal(two[key], one[key], err_msg=key)
+    for f in one["obs"]:  # equal up to rounding: a batched forward pass pads to its batch (as batch_envs does), and
+        # the embeddings are stored in float16 (one unit in the last place)
+        np.testing.assert_allclose(two["obs"][f], one["obs"][f], rtol=1e-3, atol=1e-3, err_msg=f)
+    for key in ("behavior_reward", "behavior_accuracy", "behavior_calls"):
+        assert two[key] == pytest.approx(one[key])
+    with pytest.raises(ConfigError, match="workers"):
+        WarmStartOptions.from_dict({"enabled": True, "workers": 0})
+
+
 def test_threshold_behavior_flips_one_decision(tmp_path):
     opts = WarmStartOptions(enabled=True, behavior="threshold", signal="minprob", direction="below", threshold=0.9,
                             batch_envs=4)
