@@ -1,8 +1,9 @@
 """``kairos quickstart``: the README's main job on the embedded default (the micro-world).
 
 1. load the shipped micro-world and measure its competence and throughput;
-2. train a retrieval policy with REINFORCE on Ray RLlib (``configs/train_microworld.yaml``; resumes from
-   its newest checkpoint when rerun after a crash);
+2. train a retrieval policy — the best recipe measured: counterfactual warm start, then REINFORCE on Ray RLlib,
+   with a QueryGen head that also picks the query (``configs/train_microworld_querygen_2modes.yaml``; resumes
+   from its newest checkpoint when rerun after a crash);
 3. benchmark it against the calibrated fixed triggers and baselines (``configs/bench_microworld.yaml``:
    thresholds swept on dev, everything evaluated on held-out test questions, paired statistics);
 4. write one report (Markdown + the benchmark's self-contained HTML with plots) and print its path.
@@ -16,12 +17,13 @@ import time
 from pathlib import Path
 
 log = logging.getLogger(__name__)
+TRAIN_CONFIG = "configs/train_microworld_querygen_2modes.yaml"  # the main job's recipe
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("quickstart", help="the main job on the embedded micro-world: train, benchmark, report")
     p.add_argument("--out", default="runs/quickstart", help="output directory")
-    p.add_argument("--train-config", default="configs/train_microworld.yaml", help="TrainConfig YAML")
+    p.add_argument("--train-config", default=TRAIN_CONFIG, help="TrainConfig YAML")
     p.add_argument("--bench-config", default="configs/bench_microworld.yaml", help="BenchConfig YAML")
     p.add_argument("--n", type=int, default=400, help="test questions for the competence evaluation")
     p.add_argument("--iterations", type=int, default=None, help="override the training iterations")

@@ -14,7 +14,9 @@ pytestmark = [pytest.mark.slow,
 
 
 def test_quickstart_trains_benchmarks_and_reports(tmp_path):
-    train = yaml.safe_load(open("configs/train_microworld.yaml"))
+    from eval.quickstart import TRAIN_CONFIG
+
+    train = yaml.safe_load(open(TRAIN_CONFIG))  # the recipe the main job trains
     train.update(iterations=2, checkpoint_every=1)
     train["algo"]["episodes_per_batch"] = 16
     train["env_config"].update(max_questions=32, cache_path=str(tmp_path / "train_cache.sqlite"))
@@ -22,7 +24,8 @@ def test_quickstart_trains_benchmarks_and_reports(tmp_path):
     bench = yaml.safe_load(open("configs/bench_microworld.yaml"))
     bench["env"]["cache_path"] = str(tmp_path / "bench_cache.sqlite")
     bench.update(dev="0:10", test="10:26", n_resamples=500, test_curves=False)
-    keep = {"CoT", "IRCoT", "FLARE", "FLARE[q: dev]", "DRAGIN[step-level]", "SeaKR[no rerank]", "PUlSE-step", "Random", "Oracle[info_need]"}
+    keep = {"CoT", "IRCoT", "FLARE", "FLARE[q: dev]", "DRAGIN[step-level]", "SeaKR[no rerank]", "PUlSE-step", "Random", "Oracle[info_need]",
+            "CacheOracle[q: info_need, step]"}
     bench["methods"] = [m for m in bench["methods"] if m["name"] in keep or m["kind"] == "learned"]
     (tmp_path / "train.yaml").write_text(yaml.safe_dump(train))
     (tmp_path / "bench.yaml").write_text(yaml.safe_dump(bench))
@@ -36,10 +39,13 @@ def test_quickstart_trains_benchmarks_and_reports(tmp_path):
     for name in ("FLARE", "learned", "Random", "Oracle", "| DRAGIN[step-level] |", "| SeaKR[no rerank] |"):
         assert name in report
     assert "Skipped" not in report
+    # the headline: the learned policy against the best fixed trigger, and the share of the oracle gap it closes
+    assert "learned[QueryGen](λ=0.1) − best fixed" in report and "fraction of the oracle gap closed" in report
     s = json.loads((out / "bench" / "summary.json").read_text())
     assert s["methods"]["CoT"]["calls"] == 0.0 and s["methods"]["IRCoT"]["calls"] > 1.0
     assert not s["skipped"] and s["methods"]["DRAGIN[step-level]"]["query_mode"] == "qfs"  # its env's default mode
-    assert s["methods"]["learned(λ=0.1)"]["n"] == 16
+    learned = s["methods"]["learned[QueryGen](λ=0.1)"]
+    assert learned["n"] == 16 and learned["query_mode"] == "policy's QueryGen head"
     assert (out / "train" / "policy_trigger" / "spec.json").is_file() and (out / "train" / "curves.png").is_file()
     assert (out / "bench" / "report.html").is_file()
     m = json.loads((out / "microworld_eval.json").read_text())
