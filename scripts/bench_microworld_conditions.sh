@@ -26,4 +26,8 @@ fi
 if [ "$which" != a ]; then
   condition microworld_fd configs/bench_microworld_factdisjoint.yaml configs/train_microworld_factdisjoint.yaml \
     configs/train_microworld_factdisjoint_signals_only.yaml configs/train_microworld_factdisjoint_querygen_head.yaml
+  for s in 0 1 2; do
+    train configs/train_microworld_factdisjoint_querygen_2modes.yaml "$s" "runs/train/microworld_fd_querygen_2modes_s$s"
+  done
+  "$PY" -m eval bench policies --config configs/bench_microworld_factdisjoint_querygen_2modes.yaml
 fi
