@@ -101,7 +101,7 @@ def _report(metrics, tsum, summary, timings, format_metrics) -> str:
                     f"{d['lo']:+.3f}, {d['hi']:+.3f}]**")
             if g:
                 line += (f"; fraction of the oracle gap closed {g['fraction']:.2f} [95% CI {g['lo']:.2f}, "
-                         f"{g['hi']:.2f}]")
+                         f"{g['hi']:.2f}] (ceiling: {summary.get('oracle')})")
             headline.append(line + ".")
     return (
         "# Kairos quickstart: the micro-world\n\n"

@@ -41,6 +41,7 @@ def test_quickstart_trains_benchmarks_and_reports(tmp_path):
     assert "Skipped" not in report
     # the headline: the learned policy against the best fixed trigger, and the share of the oracle gap it closes
     assert "learned[QueryGen](λ=0.1) − best fixed" in report and "fraction of the oracle gap closed" in report
+    assert "(ceiling: CacheOracle[q: info_need, step])" in report
     s = json.loads((out / "bench" / "summary.json").read_text())
     assert s["methods"]["CoT"]["calls"] == 0.0 and s["methods"]["IRCoT"]["calls"] > 1.0
     assert not s["skipped"] and s["methods"]["DRAGIN[step-level]"]["query_mode"] == "qfs"  # its env's default mode
