@@ -169,6 +169,10 @@ def counterfactual_labels(env_config: dict[str, Any], questions: list[int], opts
     if opts.behavior == "threshold" and opts.signal not in comps.scalar_names():
         raise ConfigError(f"WarmStartOptions.signal '{opts.signal}' is not produced by this env (available: "
                           f"{', '.join(comps.scalar_names())})")
+    bad = [q for q in questions if not 0 <= q < len(comps.questions)]
+    if bad:  # on the driver, before any worker starts
+        raise ConfigError(f"warm start: question indices {bad[:5]} are outside the '{cfg.split}' split "
+                          f"(0 … {len(comps.questions) - 1})")
     n_shards = min(opts.workers, len(questions))
     if n_shards <= 1:
         return _label_shard(cfg, questions, opts, out_dir, comps, progress)
@@ -181,11 +185,19 @@ def counterfactual_labels(env_config: dict[str, Any], questions: list[int], opts
              ", ".join(str(len(s)) for s in shards))
     root = logging.getLogger()  # the workers log as the driver does (it may have configured nothing)
     log_level = root.getEffectiveLevel() if root.handlers else None
-    with cf.ProcessPoolExecutor(n_shards, mp_context=mp.get_context("spawn"), initializer=_init_worker,
-                                initargs=(log_level,)) as pool:
+    pool = cf.ProcessPoolExecutor(n_shards, mp_context=mp.get_context("spawn"), initializer=_init_worker,
+                                  initargs=(log_level,))
+    try:
         futures = [pool.submit(_label_shard, cfg.to_dict(), shard, opts, out_dir / f"shard{i}", None,
                                progress and i == 0) for i, shard in enumerate(shards)]
-        parts = [f.result() for f in futures]  # in shard order, so the rows stay in question order
+        cf.wait(futures, return_when=cf.FIRST_EXCEPTION)  # a failing shard (or a dead worker) ends the wait
+        parts = [f.result() for f in futures]  # its error is raised here; else in shard order = question order
+    except BaseException:
+        for proc in list(getattr(pool, "_processes", {}).values()):  # stop the shards still labelling
+            proc.terminate()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     n = np.array([len(s) for s in shards], dtype=np.float64)
     merged = {"obs": {f: np.concatenate([p["obs"][f] for p in parts]) for f in parts[0]["obs"]},
               "modes": parts[0]["modes"]}

@@ -96,6 +96,11 @@ def test_labels_from_worker_processes_equal_the_one_process_labels(tmp_path):
         assert two[key] == pytest.approx(one[key])
     with pytest.raises(ConfigError, match="workers"):
         WarmStartOptions.from_dict({"enabled": True, "workers": 0})
+    # a question outside the split is an error on the driver, before a worker starts
+    with pytest.raises(ConfigError, match=r"question indices \[1000000\] are outside the 'train' split"):
+        counterfactual_labels({**env_cfg, "cache_path": str(tmp_path / "c.sqlite")}, [0, 1_000_000],
+                              WarmStartOptions(enabled=True, workers=2), lam, tmp_path / "bad", progress=False)
+    assert not (tmp_path / "bad").exists()
 
 
 def test_threshold_behavior_flips_one_decision(tmp_path):
