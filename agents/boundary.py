@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from envs.io import write_json
+from envs.core.io import write_json
 
 log = logging.getLogger(__name__)
 

@@ -48,7 +48,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from envs.registry import Registry, import_dotted
+from envs.core.registry import Registry, import_dotted
 
 QueryFn = Callable[[str, "str | None", "Mapping[str, Any] | None"], str]
 
@@ -171,7 +171,7 @@ VERB_RELATIONS: tuple[tuple[re.Pattern[str], str], ...] = (
 
 
 def _microworld_parse(text: str) -> tuple[str, str, str] | None:
-    from envs.microworld.kb import parse_sentence
+    from envs.core.microworld.kb import parse_sentence
 
     return parse_sentence(text)
 

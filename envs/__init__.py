@@ -1,4 +1,4 @@
-"""Kairos environments, tasks, data, costs and the micro-world.
+"""Kairos environments, tasks, costs, the trajectory cache and the micro-world task.
 
 Importing this package registers the Gymnasium ids (the env modules themselves load lazily):
 
@@ -6,19 +6,13 @@ Importing this package registers the Gymnasium ids (the env modules themselves l
 * ``kairos/MicroWorld-v0`` — the micro-world preset (micro-world LM, BM25 over its facts; ColBERT with
   ``retriever: colbert`` and a PLAID ``index_path``);
 * ``kairos/HotpotQA-v0`` — SmolLM2-135M-Instruct over HotpotQA dev with BM25 over its paragraphs.
+
+The foundation every layer uses (registry, configs, IO, data loaders, the micro-world's world files) lives in
+:mod:`envs.core`; importing it must not import gymnasium, so the ids are registered when gymnasium is imported —
+at once if it already is, else right after its own import finishes (a one-shot import hook).
 """
 
-from envs.repro import pin_cpu_kernels as _pin
+import envs.core  # noqa: F401  (pins the CPU kernels first: envs.core.repro)
+from envs.gym_ids import register_when_gymnasium_loads as _register
 
-_pin()  # same seed, same numbers on any x86 machine (see envs.repro); before anything computes
-
-import gymnasium as _gym  # noqa: E402
-
-for _id, _kwargs in (
-    ("kairos/RetrievalTiming-v0", {}),
-    ("kairos/MicroWorld-v0", {"preset": "microworld"}),
-    ("kairos/HotpotQA-v0", {"preset": "hotpotqa"}),
-):
-    if _id not in _gym.registry:
-        _gym.register(id=_id, entry_point="envs.registration:make_env", kwargs=_kwargs,
-                      disable_env_checker=True)
+_register()

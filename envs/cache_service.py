@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from envs.config import ConfigError
+from envs.core.config import ConfigError
 from envs.records import RecordFormatError, decode, encode
 from envs.trajectory_cache import TrajectoryCache, TrajectoryCacheError, open_store
 

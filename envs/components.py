@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 
 from agents.signals.base import SignalUnavailable
+from envs.core.registry import Registry
 from envs.env_config import EnvConfig
 from envs.observation import episode_fields, group_fields, group_signals, half_fields, scalar_signals
-from envs.registry import Registry
 from envs.trajectory_cache import namespace_of
 
 log = logging.getLogger(__name__)
@@ -292,7 +292,7 @@ def _namespace(kind: str, identity, config: EnvConfig) -> str:
     """What the outcomes of an env depend on, hashed. Files enter by their *content* (artifact, probe weights,
     prebuilt index, data file) — never by path — so a moved clone or a ``ray job submit`` working-dir copy reuses
     its cache, and a retrained probe in the same folder does not replay stale scores."""
-    from envs.io import content_fingerprint
+    from envs.core.io import content_fingerprint
 
     outcome_fields = {k: v for k, v in config.to_dict().items()
                       if k not in ("costs", "cost_params", "cache_path", "split", "max_questions", "querygen",
@@ -369,7 +369,7 @@ def build_reasoner(config: EnvConfig, world: Any = None):
         from agents.reasoners.micro import MicroReasoner
 
         if world is None:
-            from envs.microworld.artifact import load_artifact
+            from envs.core.microworld.artifact import load_artifact
 
             world = load_artifact(config.artifact)
         return MicroReasoner(world, max_step_tokens=config.max_step_tokens,  # DRAGIN's RIND / QFS: eager attention
@@ -409,7 +409,7 @@ def model_side_signals(config: EnvConfig, reasoner) -> tuple[Any, dict[str, Any]
     n_layers, hidden = model_facts(reasoner)
     config = with_probe_pulse_layers(config)  # as build_components
     if config.reasoner == "micro":
-        from envs.microworld.artifact import world_model_id
+        from envs.core.microworld.artifact import world_model_id
 
         mid = world_model_id(reasoner.world)
         if not config.pulse_layers:  # as microworld_components
@@ -465,7 +465,7 @@ def _index_fingerprint(path: str) -> str:
     from pathlib import Path
 
     from agents.retrievers.index import MANIFEST, read_manifest
-    from envs.io import content_fingerprint, sha256_file
+    from envs.core.io import content_fingerprint, sha256_file
 
     if read_manifest(path).get("sha256"):
         return sha256_file(Path(path) / MANIFEST)
@@ -474,7 +474,7 @@ def _index_fingerprint(path: str) -> str:
 
 def _task_file(task) -> str | None:
     """The content fingerprint of a task's question file (``None`` for a task without one)."""
-    from envs.io import content_fingerprint
+    from envs.core.io import content_fingerprint
 
     path = getattr(task, "path", None)
     return content_fingerprint(path) if path is not None else None
@@ -494,7 +494,7 @@ def env_corpus(config: EnvConfig):
     """The corpus an env of ``config`` searches: the micro-world's facts, or a dataset task's passages (its own, or
     ``EnvConfig.corpus``) — without loading a model."""
     if config.task == "microworld":
-        from envs.microworld.artifact import load_artifact
+        from envs.core.microworld.artifact import load_artifact
 
         return load_artifact(config.artifact, with_model=False).corpus()
     from envs.qa_task import QATask
@@ -548,7 +548,7 @@ def task_retriever(config: EnvConfig, corpus):  # shared by the real-data and mi
 
 def microworld_components(config: EnvConfig) -> Components:
     from agents.query import QueryGenerator
-    from envs.microworld.artifact import load_artifact
+    from envs.core.microworld.artifact import load_artifact
     from envs.microworld.task import MicroWorldTask
 
     if config.reasoner != "micro":
@@ -565,7 +565,7 @@ def microworld_components(config: EnvConfig) -> Components:
     n_layers = world.model.config.num_hidden_layers
     if not config.pulse_layers:
         config = config.replace(pulse_layers=[0, n_layers])
-    from envs.microworld.artifact import world_model_id
+    from envs.core.microworld.artifact import world_model_id
 
     extractor = _extractor(config, reasoner, n_layers, world.model.config.hidden_size, [p.text for p in corpus],
                            "micro", world_model_id(world))
@@ -573,11 +573,11 @@ def microworld_components(config: EnvConfig) -> Components:
     feature_dims = {g: sum(dims[n] for n in group_signals()[g]) for g in record_groups(config)}
     probes = {}
     if config.probes:
-        from envs.microworld.artifact import world_model_id
+        from envs.core.microworld.artifact import world_model_id
 
         mid = world_model_id(world)
         probes = {name: DETECTORS.make("probe", path, expected_model_id=mid) for name, path in config.probes.items()}
-    from envs.microworld.artifact import artifact_fingerprint
+    from envs.core.microworld.artifact import artifact_fingerprint
 
     ns = _namespace("micro", [world.train_info, artifact_fingerprint(world.path)], config)
     return Components(config, task, reasoner, retriever, querygen, extractor, ns, feature_dims, probes, prefetcher)

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from envs.registry import Registry
+from envs.core.registry import Registry
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envs.config import ConfigBase, ConfigError, helpf, read_yaml_mapping
+from envs.core.config import ConfigBase, ConfigError, helpf, read_yaml_mapping
 from envs.observation import config_groups
 from envs.tasks import TASKS
 
@@ -156,7 +156,7 @@ class EnvConfig(ConfigBase):
         REASONERS.check(self.reasoner, "EnvConfig.reasoner", ConfigError)
         RETRIEVERS.check(self.retriever, "EnvConfig.retriever", ConfigError)
         if self.reasoner_options:
-            from envs.registry import import_dotted
+            from envs.core.registry import import_dotted
 
             cls_path = REASONERS.info(self.reasoner).get("config")
             if cls_path is None:

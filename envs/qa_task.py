@@ -6,12 +6,12 @@ import logging
 import re
 from pathlib import Path
 
-from envs.data.loaders import load_dataset, shared_data_dir
-from envs.data.types import QAExample
+from envs.core.data.loaders import load_dataset, shared_data_dir
+from envs.core.data.types import QAExample
 
 log = logging.getLogger(__name__)
 
-#: each dataset's file in the shared data (``envs.data.loaders.shared_data_dir``); the others need ``data_path``
+#: each dataset's file in the shared data (``envs.core.data.loaders.shared_data_dir``); the others need ``data_path``
 DEFAULT_PATHS = {"hotpotqa": "hotpotqa/dev_500.jsonl", "musique": "musique/musique_train_first50.json",
                  "medmcqa": "medmcqa/dev.jsonl", "medqa": "medqa/test_4opt_first600.jsonl",
                  "mmlu_pro": "mmlu_pro/health.jsonl", "pubmedqa": "pubmedqa/test_set.json"}
@@ -59,7 +59,7 @@ class QATask:
     """Questions of a dataset split like ``dev``, ``dev[0:100]`` (a contiguous slice of the file) or
     ``dev[0:500:2]`` (every second question: interleaved splits when the file is ordered by type).
 
-    ``dataset``: any registered loader (:data:`envs.data.loaders.LOADERS`: hotpotqa, musique, 2wikimultihopqa,
+    ``dataset``: any registered loader (:data:`envs.core.data.loaders.LOADERS`: hotpotqa, musique, 2wikimultihopqa,
     medmcqa, medqa, mmlu_pro, mmlu, pubmedqa, flashrag). Questions a dataset marks unanswerable (MuSiQue
     ``answerable: false``) are left out of the split and counted in :attr:`excluded` — never scored as ordinary
     ones.
@@ -76,7 +76,7 @@ class QATask:
     """
 
     def __init__(self, dataset: str, split: str = "dev", path: str | None = None):
-        from envs.data.loaders import resolve_dataset
+        from envs.core.data.loaders import resolve_dataset
 
         m = _SLICE.match(split)
         if not m:
@@ -187,7 +187,7 @@ def task_corpus(task: QATask, spec: str | None = None):
         ValueError: A task without passages and no ``spec``, or an unknown spec (both say what to set).
         FileNotFoundError: A corpus file that does not exist.
     """
-    from envs.data.corpora import medmcqa_knowledge_corpus, paragraph_corpus
+    from envs.core.data.corpora import medmcqa_knowledge_corpus, paragraph_corpus
 
     has_paragraphs = any(isinstance(q.metadata.get("paragraphs"), list) for q in task.all_examples)
     if spec is None or spec == "default":

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from envs.registry import Registry
+from envs.core.registry import Registry
 
 #: the format marker every encoded record starts with
 MAGIC = b"KRJ1"

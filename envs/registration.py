@@ -23,3 +23,4 @@ def make_env(preset: str | None = None, config: EnvConfig | dict | None = None, 
         config = config.to_dict()
     merged = {**base, **(config or {})}
     return RetrievalTimingEnv(EnvConfig.from_dict(merged), **kwargs)
+

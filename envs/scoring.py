@@ -13,7 +13,7 @@ Option letters are only read where the context makes them letters: the article "
 pronoun "I" ("I think"), a sentence starting "A patient ..." are never options.
 
 Example:
-    >>> from envs.data.types import QAExample
+    >>> from envs.core.data.types import QAExample
     >>> score("Step 1: ...\\nAnswer: the Eiffel Tower.", QAExample("q", "?", ["Eiffel Tower"]))
     {'em': 1.0, 'f1': 1.0, 'acc': 1.0}
     >>> mc = QAExample("m", "?", ["B", "London"], choices=["Paris", "London", "Rome"])
@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Literal
 
-from envs.data.types import QAExample, choice_letter
+from envs.core.data.types import QAExample, choice_letter
 
 Mode = Literal["strict", "lenient"]
 MODES: tuple[str, ...] = ("strict", "lenient")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from envs.config import ConfigBase, ConfigError, helpf
+from envs.core.config import ConfigBase, ConfigError, helpf
 
 #: the Ray namespace service actors are named in (a replica is ``<name>/<index>`` there)
 NAMESPACE = "kairos"

@@ -3,7 +3,7 @@
 A task entry is a *builder* ``fn(config: EnvConfig) -> envs.components.Components``: it loads the questions
 (a :class:`Task`) and assembles the reasoner, retriever and signals that task runs on. Builtin entries name
 their builder by dotted path, so reading this registry (e.g. to validate a config on the driver) imports
-nothing heavy. Every registered dataset loader (:data:`envs.data.loaders.LOADERS`: hotpotqa, musique,
+nothing heavy. Every registered dataset loader (:data:`envs.core.data.loaders.LOADERS`: hotpotqa, musique,
 2wikimultihopqa, medmcqa, medqa, mmlu_pro, mmlu, pubmedqa, flashrag — and any you register) is a task of its
 own: its questions through :class:`envs.qa_task.QATask`, the corpus from ``EnvConfig.corpus``.
 
@@ -27,19 +27,19 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from envs.registry import Registry
+from envs.core.registry import Registry
 
 
 class _TaskRegistry(Registry):
     """The task registry: its own entries plus one per registered dataset loader
-    (:data:`envs.data.loaders.LOADERS`) — ``qa_components`` over that dataset's questions — so a loader registered
+    (:data:`envs.core.data.loaders.LOADERS`) — ``qa_components`` over that dataset's questions — so a loader registered
     later is an env task as well."""
 
     _loaders_seen = -1
 
     def _load(self) -> None:
         super()._load()
-        from envs.data.loaders import LOADERS
+        from envs.core.data.loaders import LOADERS
 
         if LOADERS.version != self._loaders_seen:
             self._loaders_seen = LOADERS.version

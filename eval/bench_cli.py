@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from envs.registry import Registry, RegistryImportError
+from envs.core.registry import Registry, RegistryImportError
 
 #: benchmark name -> its ``register(subparsers)`` (imported on use: a benchmark's heavy imports stay its own)
 BENCHES: Registry[Any] = Registry("benchmark")

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from envs.config import ConfigBase, ConfigError, helpf, read_yaml_mapping
+from envs.core.config import ConfigBase, ConfigError, helpf, read_yaml_mapping
 from envs.env_config import EnvConfig
 
 log = logging.getLogger(__name__)
@@ -272,7 +272,7 @@ class Runner:
     def _check_fingerprint(self) -> None:
         """Per-question rows are only reused by a run of the same env (outcome namespace) and λ: a changed
         config pointed at an old out_dir is an error, never a silent mix of results."""
-        from envs.io import write_json
+        from envs.core.io import write_json
 
         ec = self.env_config
         fp = {"namespace": self.components.namespace, "split": ec.split, "lambda_retrieval": self.cfg.lambda_retrieval,

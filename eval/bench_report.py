@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from envs.io import atomic_open, write_json
+from envs.core.io import atomic_open, write_json
 
 log = logging.getLogger(__name__)
 
@@ -543,7 +543,7 @@ def render_html(summary: Mapping[str, Any], png_paths: Mapping[str, str | Path])
 
 
 def _write_utf8(path: Path, text: str) -> None:
-    """Like :func:`envs.io.write_text` (atomic), but always UTF-8: the reports contain ✓, λ and –."""
+    """Like :func:`envs.core.io.write_text` (atomic), but always UTF-8: the reports contain ✓, λ and –."""
     with atomic_open(path, "w", encoding="utf-8") as f:
         f.write(text)
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envs.config import ConfigBase, ConfigError, helpf
+from envs.core.config import ConfigBase, ConfigError, helpf
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ class SuiteConfig(ConfigBase):
 
 def load_suite(path: str, out: str | None = None, overrides: list[str] | None = None):
     """``(SuiteConfig, [BenchConfig])``: the suite and every benchmark config, validated (nothing runs)."""
-    from envs.config import read_yaml_mapping
+    from envs.core.config import read_yaml_mapping
     from eval.bench_policies import load_config
 
     suite = SuiteConfig.from_dict(read_yaml_mapping(path), where=str(path))
@@ -111,7 +111,7 @@ def render_markdown(title: str, table: dict[str, Any]) -> str:
 
 def run_suite(suite: SuiteConfig, benches: list) -> dict[str, Any]:
     """Run every benchmark (in order), then write the suite summary. Returns it."""
-    from envs.io import write_json, write_text
+    from envs.core.io import write_json, write_text
     from eval.bench_policies import run_bench
 
     results = {}

@@ -69,7 +69,7 @@ def run(env_config: dict[str, Any], out: str | Path, max_questions: int | None =
     """Label questions of ``env_config``'s split until done, ``max_questions`` or ``max_minutes``."""
     from tqdm.auto import tqdm
 
-    from envs.io import read_done_rows, write_text
+    from envs.core.io import read_done_rows, write_text
     from envs.registration import make_env
 
     env = make_env(None, env_config)

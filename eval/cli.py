@@ -11,11 +11,11 @@ import argparse
 import logging
 import sys
 
-from envs.registry import Registry, RegistryImportError
+from envs.core.registry import Registry, RegistryImportError
 
 #: subcommand name -> its ``register(subparsers)``, imported when the CLI starts
 COMMANDS: Registry = Registry("command")
-for _name, _path in (("data", "envs.data.cli:register"), ("microworld", "eval.microworld_cli:register"),
+for _name, _path in (("data", "eval.data_cli:register"), ("microworld", "eval.microworld_cli:register"),
                      ("quickstart", "eval.quickstart:register"), ("probe", "policies.probes.cli:register"),
                      ("index", "agents.retrievers.cli:register_index"),
                      ("retriever", "agents.retrievers.cli:register_retriever"), ("bench", "eval.bench_cli:register"),

@@ -368,7 +368,7 @@ def run_bench(cfg: DetectionBenchConfig) -> dict[str, Any]:
     """Run the benchmark; returns the JSON-able result (also written under ``cfg.out`` with MD and PNG)."""
     import torch
 
-    from envs.io import write_json, write_text
+    from envs.core.io import write_json, write_text
 
     torch.set_num_threads(cfg.threads)
     t_start = time.perf_counter()
@@ -407,7 +407,7 @@ def run_bench(cfg: DetectionBenchConfig) -> dict[str, Any]:
 def _run_micro(cfg: DetectionBenchConfig, splits: list[str], result: dict[str, Any], timings: dict[str, float],
                progress) -> None:
     """Splits (a), (a') and (b): the micro-world artifact's step datasets, probes and calibration."""
-    from envs.microworld.artifact import load_artifact, world_model_id
+    from envs.core.microworld.artifact import load_artifact, world_model_id
 
     world = load_artifact(cfg.artifact or None, threads=cfg.threads)
     model_id = world_model_id(world)

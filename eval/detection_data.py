@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from envs.config import ConfigBase, ConfigError, helpf
+from envs.core.config import ConfigBase, ConfigError, helpf
 
 #: implemented splits -> description
 SPLITS = {
@@ -56,7 +56,7 @@ class DetectionBenchConfig(ConfigBase):
     artifact: str = helpf("", "micro-world artifact directory (default: the shipped one)")
     out: str = helpf("runs/bench/detection", "output directory (Markdown, JSON, ROC PNG)")
     splits: list[str] = helpf(["question", "entity"], "splits: question, entity, shifted, hotpotqa")
-    shifted_artifact: str = helpf("envs/microworld/artifacts/shifted", "the shifted world of split 'shifted'")
+    shifted_artifact: str = helpf("envs/core/microworld/artifacts/shifted", "the shifted world of split 'shifted'")
     n_train_questions: int = helpf(1500, "hop-balanced questions of the artifact's train split (probe training)")
     n_test_questions: int = helpf(600, "hop-balanced questions of the artifact's test split (evaluation)")
     train_split: str = helpf("train", "artifact question split the probes and thresholds are fitted on")
@@ -208,7 +208,7 @@ def load_datasets(world, cfg: DetectionBenchConfig, progress, only_test: bool = 
 
 def shifted_test_steps(cfg: DetectionBenchConfig, world, progress) -> tuple[Any, dict[str, Any]]:
     """Test-question steps of the shifted world (its own LM), and a description of it."""
-    from envs.microworld.artifact import load_artifact
+    from envs.core.microworld.artifact import load_artifact
 
     path = Path(cfg.shifted_artifact)
     if not (path / "manifest.json").is_file():

@@ -353,8 +353,8 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from envs.components import build_components
+    from envs.core.io import write_json, write_text
     from envs.env_config import EnvConfig
-    from envs.io import write_json, write_text
     from eval.bench_policies import parse_slice
     from eval.service_bench import train_env_config
 

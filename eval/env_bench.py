@@ -223,7 +223,7 @@ def run(artifact: str | None, steps: int, episodes: int, oracle_questions: int, 
         res["hotpotqa_batch8_over_batch1"] = round(res["hotpotqa_cold_batch8_steps_s"]
                                                    / res["hotpotqa_cold_batch1_steps_s"], 2)
     if out:
-        from envs.io import write_json
+        from envs.core.io import write_json
 
         write_json(out, res)
     return res

@@ -16,9 +16,9 @@ import time
 from collections import Counter, defaultdict
 from typing import Any
 
-from envs.microworld.kb import parse_sentence
-from envs.microworld.labels import label_chain
-from envs.microworld.questions import Question, gold_chain, question_category
+from envs.core.microworld.kb import parse_sentence
+from envs.core.microworld.labels import label_chain
+from envs.core.microworld.questions import Question, gold_chain, question_category
 
 log = logging.getLogger(__name__)
 

@@ -38,8 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _build(args) -> int:
+    from envs.core.microworld.config import BuildConfig
     from envs.microworld.build import train_world
-    from envs.microworld.config import BuildConfig
 
     cfg = BuildConfig.from_yaml(args.config) if args.config else BuildConfig()  # a bad config fails first
     out = Path(args.out)
@@ -48,7 +48,7 @@ def _build(args) -> int:
                               "(or --resume to continue an interrupted build)")
     world = train_world(cfg, args.out, resume=args.resume, max_steps=args.max_steps)
     if not args.no_eval:
-        from envs.microworld.artifact import save_artifact
+        from envs.core.microworld.artifact import save_artifact
         from eval.microworld import evaluate_world
 
         metrics = evaluate_world(world, split="test", n=400, throughput=False)
@@ -58,8 +58,8 @@ def _build(args) -> int:
 
 
 def _eval(args) -> int:
-    from envs.io import write_json
-    from envs.microworld.artifact import load_artifact
+    from envs.core.io import write_json
+    from envs.core.microworld.artifact import load_artifact
     from eval.microworld import evaluate_world, format_metrics
 
     world = load_artifact(args.artifact)
@@ -72,7 +72,7 @@ def _eval(args) -> int:
 
 
 def _info(args) -> int:
-    from envs.microworld.artifact import default_artifact_path, verify_artifact
+    from envs.core.microworld.artifact import default_artifact_path, verify_artifact
 
     path = Path(args.artifact) if args.artifact else default_artifact_path()
     manifest = verify_artifact(path)  # a corrupt or edited artifact is an error, never printed as if it were fine

@@ -99,7 +99,7 @@ def step_fixed(world, steps, passages: list[str | None]) -> list[float]:
     """Micro-world: is the step, regenerated with ``passages[i]`` injected (step mode), correct?"""
     from agents.reasoners.micro import MicroReasoner, MicroState
     from agents.reasoners.stepgen import GenState
-    from envs.microworld.labels import label_step
+    from envs.core.microworld.labels import label_step
 
     reasoner = MicroReasoner(world, capture_hidden=False)
     facts = {f.id: f for f in world.kb.facts}
@@ -177,7 +177,7 @@ def run_bench(cfg, out: Path, mode_head: str | None = None, mode_head_config: st
                                                    "checkpoint": str(folder)}
     world = None
     if cfg.world == "microworld":
-        from envs.microworld.artifact import load_artifact
+        from envs.core.microworld.artifact import load_artifact
 
         world = load_artifact(cfg.artifact, threads=cfg.threads)
     for m in methods.values():
@@ -223,7 +223,7 @@ def run_bench(cfg, out: Path, mode_head: str | None = None, mode_head_config: st
                          key=lambda n: float(methods[n][f"{k}_q"].mean())) for k in metrics}
     result["best_fixed"] = fixed_best
     out.mkdir(parents=True, exist_ok=True)
-    from envs.io import write_json, write_text
+    from envs.core.io import write_json, write_text
 
     write_json(out / "querygen_bench.json", result)
     md = format_markdown(result)

@@ -34,8 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args) -> int:
     import torch
 
-    from envs.io import write_json, write_text
-    from envs.microworld.artifact import load_artifact
+    from envs.core.io import write_json, write_text
+    from envs.core.microworld.artifact import load_artifact
     from eval.bench_policies import load_config, run_bench
     from eval.microworld import evaluate_world, format_metrics
     from train.config import TrainConfig

@@ -178,7 +178,7 @@ def run_reasoner_bench(model: str | None = None, batch_sizes: tuple[int, ...] = 
     }
     print(format_table(result))
     if out is not None:
-        from envs.io import write_json
+        from envs.core.io import write_json
 
         write_json(out, result)
         log.info("wrote %s", Path(out).resolve())

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envs.config import ConfigBase, helpf
+from envs.core.config import ConfigBase, helpf
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ def hotpot_part(cfg: RetrievalBenchConfig, out: Path) -> dict[str, Any]:
     from agents.retrievers.colbert_train import hotpot_split, parse_slice
     from agents.retrievers.corpus_spec import canonical_spec, load_corpus
     from agents.retrievers.index import load_index
-    from envs.data.loaders import load_dataset, shared_data_dir
+    from envs.core.data.loaders import load_dataset, shared_data_dir
 
     path = Path(cfg.hotpotqa) if cfg.hotpotqa else shared_data_dir() / "hotpotqa" / "dev_500.jsonl"
     spec = canonical_spec(f"hotpotqa:{path}")
@@ -217,8 +217,8 @@ def _systems(cfg: RetrievalBenchConfig) -> list[tuple[str, str, dict[str, Any] |
 
 def micro_steps(kb: Any, n_questions: int, seed: int) -> list[dict[str, Any]]:
     """Chain steps of ``n_questions`` sampled questions: step text, wrong-object step, question, fact id."""
-    from envs.microworld.kb import RELATION_TYPES, render_fact
-    from envs.microworld.questions import enumerate_questions, gold_chain
+    from envs.core.microworld.kb import RELATION_TYPES, render_fact
+    from envs.core.microworld.questions import enumerate_questions, gold_chain
 
     rng = random.Random(seed)
     qs = enumerate_questions(kb)
@@ -239,8 +239,8 @@ def micro_part(cfg: RetrievalBenchConfig, out: Path) -> dict[str, Any]:
     from agents.retrievers.colbert_train import microworld_split
     from agents.retrievers.corpus_spec import load_corpus
     from agents.retrievers.index import load_index
-    from envs.microworld.config import WorldConfig
-    from envs.microworld.kb import KnowledgeBase
+    from envs.core.microworld.config import WorldConfig
+    from envs.core.microworld.kb import KnowledgeBase
 
     spec = f"microworld:{cfg.microworld_seed}"
     corpus = load_corpus(spec)
@@ -270,8 +270,8 @@ def cache_part(cfg: RetrievalBenchConfig, out: Path) -> dict[str, Any]:
     from agents.retrievers.bm25 import BM25Retriever
     from agents.retrievers.cache import CachedRetriever, Prefetcher, QueryCache
     from agents.retrievers.corpus_spec import load_corpus
-    from envs.microworld.config import ALL_RELATIONS, WorldConfig
-    from envs.microworld.kb import KnowledgeBase
+    from envs.core.microworld.config import ALL_RELATIONS, WorldConfig
+    from envs.core.microworld.kb import KnowledgeBase
 
     corpus = load_corpus(f"microworld:{cfg.microworld_seed}")
     kb = KnowledgeBase.generate(WorldConfig(seed=cfg.microworld_seed))
@@ -328,7 +328,7 @@ def run_bench(cfg: RetrievalBenchConfig) -> dict[str, Any]:
     """Run every part the config enables; returns the JSON-able result (also written under ``cfg.out``)."""
     import torch
 
-    from envs.io import write_json, write_text
+    from envs.core.io import write_json, write_text
 
     torch.set_num_threads(cfg.threads)
     out = Path(cfg.out)

@@ -90,7 +90,7 @@ def run_bench(out: str | Path | None, n_micro: int = 64, n_hotpot: int = 16, bat
     torch.set_num_threads(threads)
     rows = []
     from agents.reasoners.micro import MicroReasoner
-    from envs.microworld.artifact import load_artifact
+    from envs.core.microworld.artifact import load_artifact
 
     world = load_artifact(threads=threads)
     qs = [q.text for q in list(world.questions["test"])[:n_micro]]
@@ -117,7 +117,7 @@ def run_bench(out: str | Path | None, n_micro: int = 64, n_hotpot: int = 16, bat
     print(table)
     result["table"] = table
     if out:
-        from envs.io import write_json
+        from envs.core.io import write_json
 
         write_json(out, result)
     return result

@@ -40,7 +40,7 @@ DEFAULT_SOURCES = ("runs/bench/policies_hotpotqa*/per_question/*/CoT.jsonl", "ru
 
 def microworld_chains(split: str, n: int, artifact: str | None = None) -> list[list[str]]:
     from agents.reasoners.micro import MicroReasoner
-    from envs.microworld.artifact import load_artifact
+    from envs.core.microworld.artifact import load_artifact
 
     world = load_artifact(artifact)
     qs = list(world.questions[split])[:n]
@@ -103,7 +103,7 @@ def run_bench(out: Path, n_micro_train: int = 2000, n_micro_test: int = 400, sou
     import numpy as np
 
     from agents.boundary import boundary_scores, chain_example, sentence_start_baseline, train_segmenter
-    from envs.io import write_json, write_text
+    from envs.core.io import write_json, write_text
 
     t0 = time.perf_counter()
     micro_train = [chain_example(c) for c in microworld_chains("train", n_micro_train)]

@@ -297,7 +297,7 @@ def markdown(result: dict) -> str:
 def _main(args) -> int:
     import ray
 
-    from envs.io import write_json
+    from envs.core.io import write_json
 
     env_config = train_env_config(args)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -335,7 +335,7 @@ def _main(args) -> int:
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "service_bench.json", result)
     md = markdown(result)
-    from envs.io import write_text
+    from envs.core.io import write_text
 
     write_text(out / "service_bench.md", md)
     print(md)

@@ -23,7 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from envs.registry import Registry
+from envs.core.registry import Registry
 
 #: fixed triggers by name (the benchmark's method kinds read it)
 TRIGGERS: Registry[type] = Registry("trigger")

@@ -17,7 +17,7 @@ import torch
 
 from agents.reasoners.base import run_chains
 from agents.reasoners.micro import MicroReasoner
-from envs.microworld.artifact import load_artifact
+from envs.core.microworld.artifact import load_artifact
 
 torch.set_num_threads(1)
 world = load_artifact(None)

@@ -22,8 +22,8 @@ def _one_thread():
 @pytest.fixture(scope="session")
 def tiny_world(tmp_path_factory):
     """A tiny micro-world trained for a few steps (exercises the build path; not competent)."""
+    from envs.core.microworld.config import BuildConfig
     from envs.microworld.build import train_world
-    from envs.microworld.config import BuildConfig
 
     cfg = BuildConfig.from_yaml(TINY_CONFIG)
     out = tmp_path_factory.mktemp("tiny_world")

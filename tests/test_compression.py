@@ -10,7 +10,7 @@ from agents.compression import compress_evidence, sentence_importance, split_sen
 @pytest.fixture(scope="module")
 def micro():
     from agents.reasoners.micro import MicroReasoner
-    from envs.microworld.artifact import load_artifact
+    from envs.core.microworld.artifact import load_artifact
 
     world = load_artifact()
     return world, MicroReasoner(world)

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from envs.config import ConfigError
+from envs.core.config import ConfigError
+from envs.core.microworld.config import BuildConfig
 from envs.env_config import EnvConfig
-from envs.microworld.config import BuildConfig
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 KINDS = {"microworld_build.yaml": BuildConfig, "microworld_tiny.yaml": BuildConfig,

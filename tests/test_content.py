@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from envs.config import ConfigError
+from envs.core.config import ConfigError
 
 CONTENT = {"split": "dev", "rsus_components": ["ent"], "signals": ["pulse", "output", "rsus", "content"]}
 FIELDS = ("question_embedding", "step_embedding", "context_embedding")

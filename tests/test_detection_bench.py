@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from envs.microworld.artifact import artifact_fingerprint
+from envs.core.microworld.artifact import artifact_fingerprint
 from eval.detection_bench import run_bench
 from eval.detection_data import DETECTORS, METRICS, DetectionBenchConfig
 from eval.stats import group_bootstrap_indices
@@ -162,7 +162,7 @@ def test_unknown_split_api_refusal_and_help(tmp_path, capsys):
 
 
 def test_shifted_split_needs_its_artifact_and_the_same_lm_shape(tmp_path, tiny_world):
-    from envs.microworld.artifact import load_artifact
+    from envs.core.microworld.artifact import load_artifact
     from eval.detection_data import shifted_test_steps
 
     world = load_artifact()

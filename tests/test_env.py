@@ -110,7 +110,7 @@ def test_every_fixed_trigger_runs_through_the_env(cfg):
 
 
 def test_bad_actions_and_configs(cfg):
-    from envs.config import ConfigError
+    from envs.core.config import ConfigError
 
     env = gym.make("kairos/MicroWorld-v0", config=cfg).unwrapped
     env.reset(seed=0)
@@ -162,7 +162,7 @@ def test_configured_rsus_component_without_a_source_is_masked_not_zero():
 def test_rsus_options_gate_u_cons_at_discourse_markers():
     """U_cons with discourse-marker gating (EnvConfig.rsus_options): micro-world steps carry no marker, so U_cons is
     masked at every step, while without gating it is computed from k sampled alternatives."""
-    from envs.config import ConfigError
+    from envs.core.config import ConfigError
     from envs.registration import make_env
 
     gated = make_env("microworld", {"split": "dev", "rsus_components": ["ent", "cons"],

@@ -7,7 +7,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import envs  # noqa: F401
-from envs.data.loaders import shared_data_dir
+from envs.core.data.loaders import shared_data_dir
 
 SHARED_DATA = shared_data_dir()
 

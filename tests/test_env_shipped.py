@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import envs  # noqa: F401
-from envs.microworld.artifact import DEFAULT_ARTIFACT
+from envs.core.microworld.artifact import DEFAULT_ARTIFACT
 from policies.triggers import NeverTrigger, OracleTrigger
 
 pytestmark = pytest.mark.skipif(not (DEFAULT_ARTIFACT / "manifest.json").is_file(),
@@ -131,7 +131,7 @@ def test_dragin_rind_on_the_microworld_from_the_generation_pass():
 def test_seakr_self_refinement_keeps_the_step_with_the_lower_eigenscore():
     """self_refine: eigenscore — after each retrieval the step with the lower EigenScore stands (the original
     one or the evidence-conditioned one); the retrieval is paid either way; a config without 'eigen' is an error."""
-    from envs.config import ConfigError
+    from envs.core.config import ConfigError
     from envs.env_config import EnvConfig
 
     with pytest.raises(ConfigError, match="add 'eigen'"):
@@ -162,7 +162,7 @@ def test_seakr_reranking_injects_the_passage_with_the_lowest_eigenscore():
     """rerank: eigenscore — every unused top-k passage regenerates the step; the one whose step has the lowest
     EigenScore is injected. The first candidate's score is the EigenScore of the step the plain env regenerates
     with that same passage; the chosen one's is the standing step's; on some questions it is not the first."""
-    from envs.config import ConfigError
+    from envs.core.config import ConfigError
     from envs.env_config import EnvConfig
 
     with pytest.raises(ConfigError, match="add 'eigen'"):

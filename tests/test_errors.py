@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from envs.config import ConfigError
+from envs.core.config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -108,7 +108,7 @@ def _cache_not_sqlite(tmp):
 
 def _index(tmp):
     from agents.retrievers import build_index
-    from envs.data.types import Corpus, Passage
+    from envs.core.data.types import Corpus, Passage
 
     corpus = Corpus.from_passages([Passage(f"p{i}", f"T{i}", f"passage number {i} about topic {i}") for i in range(6)])
     out = tmp / "idx"
@@ -129,7 +129,7 @@ def _index_same_size_edit(tmp):
 
 def _index_other_corpus(tmp):
     from agents.retrievers import load_index
-    from envs.data.types import Corpus, Passage
+    from envs.core.data.types import Corpus, Passage
 
     out, _ = _index(tmp)
     load_index(out, Corpus.from_passages([Passage("x", "X", "another corpus")]))
@@ -142,7 +142,7 @@ def _index_missing(tmp):
 
 
 def _artifact_edited(tmp):
-    from envs.microworld.artifact import default_artifact_path, load_artifact
+    from envs.core.microworld.artifact import default_artifact_path, load_artifact
 
     bad = tmp / "world"
     shutil.copytree(default_artifact_path(), bad)
@@ -152,7 +152,7 @@ def _artifact_edited(tmp):
 
 
 def _probe_for_another_model(tmp):
-    from envs.microworld.artifact import default_artifact_path
+    from envs.core.microworld.artifact import default_artifact_path
     from policies.probes.probe import Probe
 
     Probe.load(default_artifact_path() / "probes" / "pulse", expected_model_id="hf:some-other-model")
@@ -196,7 +196,7 @@ def _question_index(tmp):
 
 
 def _dataset_duplicate_id(tmp):
-    from envs.data import load_dataset
+    from envs.core.data import load_dataset
 
     p = tmp / "mc.jsonl"
     rec = {"id": "x", "question": "Q?", "opa": "a", "opb": "b", "opc": "c", "opd": "d", "cop": 1}
@@ -205,7 +205,7 @@ def _dataset_duplicate_id(tmp):
 
 
 def _dataset_bad_json_line(tmp):
-    from envs.data import load_dataset
+    from envs.core.data import load_dataset
 
     p = tmp / "hq.jsonl"
     p.write_text((ROOT / "tests" / "fixtures" / "hotpotqa_ircot.jsonl").read_text().strip() + "\n{not json\n")
@@ -359,7 +359,7 @@ CASES = [
      ValueError, r"idx already holds an index \(pass --overwrite"),
     ("artifact-edited", _artifact_edited, ValueError, r"kb\.json: checksum mismatch"),
     ("artifact-build-over-existing", lambda t: _cli_error("microworld", "build", "--out",
-                                                          "envs/microworld/artifacts/default"),
+                                                          "envs/core/microworld/artifacts/default"),
      ValueError, r"already holds a micro-world artifact; pass --overwrite"),
     ("probe-other-model", _probe_for_another_model, ValueError, r"was trained for model 'microworld:.*', but is "
                                                                 r"being loaded for model 'hf:some-other-model'"),
@@ -367,7 +367,7 @@ CASES = [
     # --- datasets
     ("dataset-duplicate-id", _dataset_duplicate_id, ValueError, r"mc\.jsonl:2: field 'id': duplicate id 'x'"),
     ("dataset-bad-json-line", _dataset_bad_json_line, ValueError, r"hq\.jsonl:2"),
-    ("dataset-unknown", lambda t: __import__("envs.data", fromlist=["x"]).load_dataset("trivia", "x"), ValueError,
+    ("dataset-unknown", lambda t: __import__("envs.core.data", fromlist=["x"]).load_dataset("trivia", "x"), ValueError,
      r"unknown dataset 'trivia' \(registered: 2wikimultihopqa"),
     # --- env runtime
     ("env-step-before-reset", _step_before_reset, RuntimeError, r"call reset\(\) before step\(\)"),

@@ -1,6 +1,6 @@
 """The layer order of the packages, enforced (DESIGN §2; README "Architecture").
 
-    foundation  envs.registry, envs.config, envs.io, envs.data, envs.microworld world files (config, kb, corpus,
+    foundation  envs.core.registry, envs.core.config, envs.core.io, envs.core.data, envs.microworld world files (config, kb, corpus,
         ↑       questions, labels, tokenizer, artifact)
     agents      reasoners, signals, retrievers, query formulation, segmentation, compression
         ↑
@@ -28,12 +28,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("envs", "agents", "policies", "train", "eval")
-LAYERS = ("foundation", "agents", "envs", "policies", "train", "eval")
-#: modules of the envs package that form the foundation layer (prefix match on the dotted name)
-FOUNDATION = ("envs.registry", "envs.config", "envs.io", "envs.data.types", "envs.data.errors", "envs.data.loaders",
-              "envs.data.corpora", "envs.data", "envs.microworld.config", "envs.microworld.kb",
-              "envs.microworld.corpus", "envs.microworld.questions", "envs.microworld.labels",
-              "envs.microworld.tokenizer", "envs.microworld.artifact")
+LAYERS = ("envs.core", "agents", "envs", "policies", "train", "eval")
+#: the foundation layer is one folder: every module whose dotted name starts with it
+FOUNDATION = "envs.core"
 
 
 def module_name(path: Path) -> str:
@@ -48,8 +45,8 @@ def modules() -> dict[str, Path]:
 
 
 def layer_of(mod: str) -> str:
-    if mod in FOUNDATION:
-        return "foundation"
+    if mod == FOUNDATION or mod.startswith(FOUNDATION + "."):
+        return FOUNDATION
     return mod.split(".")[0]
 
 
@@ -120,8 +117,33 @@ def cycles(edges) -> list[list[str]]:
 
 def test_every_module_has_a_layer():
     assert all(layer_of(m) in LAYERS for m in modules())
-    missing = [f for f in FOUNDATION if f not in modules()]
-    assert not missing, f"FOUNDATION names modules that do not exist: {missing}"
+    assert FOUNDATION in modules(), f"the foundation package {FOUNDATION} is missing"
+    assert layer_of("envs.core.data.loaders") == FOUNDATION and layer_of("envs.corex") == "envs"
+
+
+def test_the_only_arrow_back_up_is_envs_to_agents():
+    """``envs`` sits above ``agents`` although the foundation under ``agents`` lives in ``envs/core`` (the package
+    names are fixed by our users): that is the one import of a folder from a folder beneath it in the tree."""
+    pairs = {(layer_of(a), layer_of(b)) for a, b, _ in import_edges(modules())}
+    assert not any(a == FOUNDATION and b != FOUNDATION for a, b in pairs), "envs.core imports a layer above it"
+
+
+def test_importing_the_foundation_imports_no_gymnasium_or_torch():
+    import subprocess
+
+    code = ("import sys, envs.core.registry, envs.core.config, envs.core.data, envs.core.microworld.kb; "
+            "print(sorted(m for m in ('gymnasium', 'torch', 'agents') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_importing_envs_then_gymnasium_registers_the_ids():
+    import subprocess
+
+    code = ("import envs, sys; assert 'gymnasium' not in sys.modules; import gymnasium as gym; "
+            "print(sorted(k for k in gym.registry if k.startswith('kairos/')))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert "kairos/MicroWorld-v0" in out.stdout and "kairos/RetrievalTiming-v0" in out.stdout, out.stdout + out.stderr
 
 
 def test_no_upward_import():

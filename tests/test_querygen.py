@@ -46,7 +46,7 @@ def test_flagged_steps_roundtrip_and_bad_line(tmp_path):
 
 
 def test_word_tokenizer_wrapper_keeps_ids():
-    from envs.microworld.tokenizer import WordTokenizer
+    from envs.core.microworld.tokenizer import WordTokenizer
 
     wt = WordTokenizer(["Mira", "'s", "mother", "is", "Question", ":", "Evidence"])
     hf = word_tokenizer_to_hf(wt)
@@ -85,7 +85,7 @@ def _const_reward(**_):
 
 
 def test_config_rejects_unknown_keys_and_bad_values():
-    from envs.config import ConfigError
+    from envs.core.config import ConfigError
     from policies.querygen.config import QueryGenTrainConfig
 
     with pytest.raises(ConfigError, match="nope"):
@@ -217,7 +217,7 @@ def test_train_cli_querygen_needs_config(capsys):
 
 
 def _need_hotpotqa():
-    from envs.data.loaders import shared_data_dir
+    from envs.core.data.loaders import shared_data_dir
 
     if not (shared_data_dir() / "hotpotqa" / "dev_500.jsonl").is_file():
         pytest.skip(f"shared HotpotQA data not available under {shared_data_dir()} (set KAIROS_SHARED_DATA)")
@@ -239,7 +239,7 @@ def test_generator_runs_in_bench_policies_by_name(tiny_run, tmp_path):
     """``kairos bench policies`` takes the generator through a method's env override (query_modes)."""
     from pathlib import Path
 
-    from envs.microworld.artifact import _parse_qid
+    from envs.core.microworld.artifact import _parse_qid
     from eval.bench_policies import BenchConfig, run_bench
 
     ckpt = Path(tiny_run[0].out_dir) / "rl"

@@ -7,7 +7,7 @@ import sys
 import pytest
 import yaml
 
-from envs.microworld.artifact import DEFAULT_ARTIFACT
+from envs.core.microworld.artifact import DEFAULT_ARTIFACT
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not (DEFAULT_ARTIFACT / "manifest.json").is_file(), reason="no shipped artifact")]

@@ -1,4 +1,4 @@
-"""Every extension point is one :class:`envs.registry.Registry`; every registered entry meets its contract.
+"""Every extension point is one :class:`envs.core.registry.Registry`; every registered entry meets its contract.
 
 Parametrized over the registries and over every entry each one holds (Gymnasium's ``tests/envs/test_envs.py`` is the
 model): a newly registered signal, trigger, cost, … is checked by these tests without writing one.
@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pytest
 
-from envs.registry import DuplicateNameError, Registry, RegistryImportError, UnknownNameError
+from envs.core.registry import DuplicateNameError, Registry, RegistryImportError, UnknownNameError
 
 
 def _registries() -> dict[str, Registry]:
@@ -22,9 +22,9 @@ def _registries() -> dict[str, Registry]:
     from agents.retrievers.index import RETRIEVERS
     from agents.signals.base import SIGNALS
     from envs.components import DETECTORS
+    from envs.core.data.corpora import CORPUS_BUILDERS
+    from envs.core.data.loaders import LOADERS
     from envs.costs import COSTS
-    from envs.data.corpora import CORPUS_BUILDERS
-    from envs.data.loaders import LOADERS
     from envs.tasks import TASKS
     from eval.bench_cli import BENCHES
     from eval.cli import COMMANDS
@@ -77,7 +77,7 @@ def test_dotted_paths_and_their_errors():
 
 def test_builtin_modules_load_on_first_read(tmp_path, monkeypatch):
     (tmp_path / "kairos_probe_reg.py").write_text(
-        "from envs.registry import Registry\nREG = Registry('plugin', builtins=('kairos_probe_plugins',))\n")
+        "from envs.core.registry import Registry\nREG = Registry('plugin', builtins=('kairos_probe_plugins',))\n")
     (tmp_path / "kairos_probe_plugins.py").write_text("from kairos_probe_reg import REG\nREG.register('x', 42)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     import kairos_probe_reg
@@ -188,7 +188,7 @@ def test_a_user_signal_is_usable_by_the_env_with_one_decorator():
 
 
 def test_unknown_task_fails_on_the_config_naming_the_key():
-    from envs.config import ConfigError
+    from envs.core.config import ConfigError
     from envs.env_config import EnvConfig
 
     with pytest.raises(ConfigError, match="EnvConfig.task: unknown task 'hotpot' \\(registered: microworld"):

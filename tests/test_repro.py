@@ -1,4 +1,4 @@
-"""Same seed, same numbers on any x86 machine: importing envs pins the CPU kernels to AVX2 (envs.repro)."""
+"""Same seed, same numbers on any x86 machine: importing envs pins the CPU kernels to AVX2 (envs.core.repro)."""
 
 from __future__ import annotations
 

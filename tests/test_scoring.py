@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from envs.data.types import QAExample
+from envs.core.data.types import QAExample
 from envs.scoring import (
     cover_match,
     exact_match,

@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-from envs.data.loaders import LOADERS, load_dataset
+from envs.core.data.loaders import LOADERS, load_dataset
 from envs.tasks import TASKS
 
 
 @pytest.fixture()
 def shared_data():
-    from envs.data.loaders import shared_data_dir
+    from envs.core.data.loaders import shared_data_dir
 
     if not (shared_data_dir() / "medmcqa" / "dev.jsonl").is_file():
         pytest.skip(f"shared real data not available under {shared_data_dir()}")
@@ -129,7 +129,7 @@ def test_medmcqa_explanations_leave_the_evaluated_questions_out(shared_data):
 def test_env_builds_on_any_corpus_and_refuses_a_mismatched_index_with_a_hint_that_fits(tmp_path):
     from agents.retrievers.index import build_index
     from envs.components import task_retriever
-    from envs.data.loaders import load_flashrag_corpus
+    from envs.core.data.loaders import load_flashrag_corpus
     from envs.env_config import EnvConfig
 
     q, c = _flashrag(tmp_path, [{"id": "o", "question": "Capital of France?", "golden_answers": ["Paris"]}], CORPUS)
@@ -177,7 +177,7 @@ def test_questions_and_corpus_enter_the_cache_namespace_by_content(tmp_path):
 def test_mmlu_csv_loader(tmp_path):
     p = tmp_path / "clinical_knowledge_test.csv"
     p.write_text('"What is x, really?",one,two,three,four,C\nQ2,a,b,c,d,Z\n')
-    from envs.data.errors import DataFormatError
+    from envs.core.data.errors import DataFormatError
 
     with pytest.raises(DataFormatError, match=r"clinical_knowledge_test.csv:2: field 'column 6 \(answer\)'"):
         load_dataset("mmlu", p)

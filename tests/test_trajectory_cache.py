@@ -120,8 +120,8 @@ def test_namespace_holds_content_not_paths(tmp_path):
     import shutil
 
     from envs.components import build_components
+    from envs.core.microworld.artifact import default_artifact_path
     from envs.env_config import EnvConfig
-    from envs.microworld.artifact import default_artifact_path
 
     art = default_artifact_path()
     moved = tmp_path / "moved_world"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from envs.config import ConfigBase, ConfigError, helpf
+from envs.core.config import ConfigBase, ConfigError, helpf
 from envs.serving import ReasonerServiceConfig, RetrieverServiceConfig
 from train.curriculum import ScheduleConfig
 from train.warmstart import WarmStartOptions

@@ -22,8 +22,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from envs.config import ConfigBase, ConfigError, helpf
-from envs.registry import Registry, UnknownNameError
+from envs.core.config import ConfigBase, ConfigError, helpf
+from envs.core.registry import Registry, UnknownNameError
 
 log = logging.getLogger(__name__)
 

@@ -74,7 +74,7 @@ def evaluate_policy(policy_or_trigger: Any, env_config: dict | Any, question_ind
     if question_indices and cfg.get("max_questions") is not None:
         cfg["max_questions"] = max(int(cfg["max_questions"]), max(question_indices) + 1)
     jsonl = Path(jsonl_path) if jsonl_path is not None else None
-    from envs.io import read_done_rows
+    from envs.core.io import read_done_rows
 
     done = read_done_rows(jsonl)
     wanted = [int(q) for q in question_indices]
@@ -84,7 +84,7 @@ def evaluate_policy(policy_or_trigger: Any, env_config: dict | Any, question_ind
     if jsonl is not None:
         jsonl.parent.mkdir(parents=True, exist_ok=True)
         if done:  # rewrite without a torn tail, atomically, before appending
-            from envs.io import write_text
+            from envs.core.io import write_text
 
             write_text(jsonl, "".join(json.dumps(done[q]) + "\n" for q in sorted(done)))
         sink = open(jsonl, "a")

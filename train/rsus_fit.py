@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envs.config import ConfigBase, ConfigError, helpf
+from envs.core.config import ConfigBase, ConfigError, helpf
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from envs.io import write_json
+from envs.core.io import write_json
 from train.config import TrainConfig
 
 log = logging.getLogger(__name__)
@@ -193,7 +193,7 @@ def trim_metrics(path: Path, upto: int) -> None:
     """Keep only the rows of iterations ``<= upto`` (a resumed run re-runs the later ones: no duplicates)."""
     if not path.is_file():
         return
-    from envs.io import write_text
+    from envs.core.io import write_text
 
     rows = [ln for ln in path.read_text().splitlines() if ln.strip()]
     keep = []

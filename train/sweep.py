@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from envs.io import write_json
+from envs.core.io import write_json
 from train.config import TrainConfig
 
 log = logging.getLogger(__name__)

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from envs.config import ConfigBase, ConfigError, helpf
+from envs.core.config import ConfigBase, ConfigError, helpf
 
 log = logging.getLogger(__name__)
 
@@ -385,8 +385,8 @@ def run_warmstart(env_config: dict[str, Any], opts: WarmStartOptions, out_dir: s
     import torch
 
     from envs.components import build_components
+    from envs.core.io import write_json
     from envs.env_config import EnvConfig
-    from envs.io import write_json
     from envs.registration import PRESETS
     from envs.retrieval_env import RetrievalTimingEnv
     from policies.rl.export import export_policy

@@ -50,7 +50,7 @@ import torch
 from agents.reasoners.base import Capabilities, Step, run_chains
 from agents.reasoners.stepgen import GenState, generate_steps
 from agents.segmentation import STEP_INSTRUCTION, clean_content, join_forced, parse_header
-from envs.config import ConfigBase, ConfigError, helpf
+from envs.core.config import ConfigBase, ConfigError, helpf
 
 log = logging.getLogger(__name__)
 

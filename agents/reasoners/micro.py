@@ -1,7 +1,7 @@
 """The micro-world reasoner: the micro-world LM driven step by step with signals from the same pass.
 
 Example:
-    >>> from envs.microworld.artifact import load_artifact          # doctest: +SKIP
+    >>> from envs.core.microworld.artifact import load_artifact          # doctest: +SKIP
     >>> r = MicroReasoner(load_artifact())                          # doctest: +SKIP
     >>> s = r.start("Where was Mira 's father born ?")              # doctest: +SKIP
     >>> (step, s), = r.next_step([s]); step.text                    # doctest: +SKIP
@@ -36,7 +36,7 @@ ANSWER_PROMPT = ("Answer", ":")
 
 
 class MicroReasoner:
-    """Step-wise greedy reasoner over a loaded :class:`~envs.microworld.artifact.MicroWorld`."""
+    """Step-wise greedy reasoner over a loaded :class:`~envs.core.microworld.artifact.MicroWorld`."""
 
     def __init__(self, world, max_step_tokens: int = 24, capture_hidden: bool = True, max_batch: int = 64,
                  capture_attentions: bool = False, eager: bool = False):

@@ -6,7 +6,7 @@ import logging
 
 import torch
 
-from envs.microworld.config import ModelConfig
+from envs.core.microworld.config import ModelConfig
 
 log = logging.getLogger(__name__)
 

@@ -45,7 +45,7 @@ import numpy as np
 
 from agents.reasoners.base import Capabilities, Step, run_chains
 from agents.segmentation import STEP_INSTRUCTION, clean_content, join_forced, parse_header
-from envs.config import ConfigBase, ConfigError, helpf
+from envs.core.config import ConfigBase, ConfigError, helpf
 
 log = logging.getLogger(__name__)
 

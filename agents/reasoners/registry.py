@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from envs.registry import Registry
+from envs.core.registry import Registry
 
 #: reasoner factories by name (``REASONERS.names()``; a dotted path ``package.module:Factory`` works too)
 REASONERS: Registry[Callable[..., Any]] = Registry("reasoner")
@@ -80,7 +80,7 @@ def micro_reasoner(artifact: str | None = None, world: Any = None, **options: An
     from agents.reasoners.micro import MicroReasoner
 
     if world is None:
-        from envs.microworld.artifact import load_artifact
+        from envs.core.microworld.artifact import load_artifact
 
         world = load_artifact(artifact)
     return MicroReasoner(world, **options)

@@ -20,13 +20,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from envs.config import ConfigBase, ConfigError, helpf
-from envs.data.types import Passage
+from envs.core.config import ConfigBase, ConfigError, helpf
+from envs.core.data.types import Passage
 
 
 @dataclass(frozen=True)
 class RetrievedPassage(Passage):
-    """A :class:`~envs.data.types.Passage` with the retriever's score for one query (higher = better)."""
+    """A :class:`~envs.core.data.types.Passage` with the retriever's score for one query (higher = better)."""
 
     score: float = 0.0
 

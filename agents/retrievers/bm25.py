@@ -1,4 +1,4 @@
-"""BM25 over a :class:`~envs.data.types.Corpus` with `bm25s <https://github.com/xhluca/bm25s>`_.
+"""BM25 over a :class:`~envs.core.data.types.Corpus` with `bm25s <https://github.com/xhluca/bm25s>`_.
 
 Tokenisation (the same function for passages and queries, see :func:`bm25_tokenize`):
 
@@ -16,7 +16,7 @@ score matrix is memory-mapped, not read. Search computes one query's scores over
 (``get_scores_from_ids``) and takes the top ``k`` with ``argpartition``: no thread pool, no progress bar.
 
 Example:
-    >>> from envs.data.types import Corpus, Passage
+    >>> from envs.core.data.types import Corpus, Passage
     >>> c = Corpus.from_passages([Passage("a", "Paris", "Paris is the capital of France."),
     ...                           Passage("b", "Rome", "Rome is the capital of Italy.")])
     >>> r = BM25Retriever.build(c, BM25Config(stemmer="none"))
@@ -37,8 +37,8 @@ from typing import Any, Literal
 import numpy as np
 
 from agents.retrievers.base import CorpusRetrieverBase, IndexCorruptError, RetrievedPassage
-from envs.config import ConfigBase, ConfigError, helpf
-from envs.data.types import Corpus
+from envs.core.config import ConfigBase, ConfigError, helpf
+from envs.core.data.types import Corpus
 
 log = logging.getLogger(__name__)
 

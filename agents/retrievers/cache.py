@@ -23,7 +23,7 @@ Example:
     ...     def __len__(self): return 1
     ...     def describe(self): return {"kind": "fake"}
     ...     corpus = None
-    >>> from envs.data.types import Corpus, Passage
+    >>> from envs.core.data.types import Corpus, Passage
     >>> Fake.corpus = Corpus.from_passages([Passage("p", "T", "x")])
     >>> r = CachedRetriever(Fake())
     >>> _ = r.search(["a", "a", "b"], k=1); _ = r.search(["a"], k=1)

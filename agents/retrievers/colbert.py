@@ -47,9 +47,9 @@ from agents.retrievers.base import (
     IndexMismatchError,
     RetrievedPassage,
 )
-from envs.config import ConfigBase, ConfigError, helpf
-from envs.data.types import Corpus
-from envs.io import write_json
+from envs.core.config import ConfigBase, ConfigError, helpf
+from envs.core.data.types import Corpus
+from envs.core.io import write_json
 
 log = logging.getLogger(__name__)
 

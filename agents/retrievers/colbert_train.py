@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envs.config import ConfigBase, ConfigError, helpf
-from envs.data.types import Corpus, QAExample
-from envs.io import write_json
+from envs.core.config import ConfigBase, ConfigError, helpf
+from envs.core.data.types import Corpus, QAExample
+from envs.core.io import write_json
 
 log = logging.getLogger(__name__)
 
@@ -120,8 +120,8 @@ def mine_microworld(corpus: Corpus, kb: Any, train_ids: set[str], bm25: Any, rng
                     depth: int = 30) -> list[tuple[str, str, str]]:
     """(query, positive id, negative id) for every train-half fact (one query form each, drawn at random)."""
     from agents.query import info_need_query
-    from envs.microworld.kb import RELATION_TYPES, render_fact
-    from envs.microworld.questions import question_text
+    from envs.core.microworld.kb import RELATION_TYPES, render_fact
+    from envs.core.microworld.questions import question_text
 
     triples = []
     for f in kb.facts:
@@ -221,9 +221,9 @@ def train_colbert(cfg: ColBERTTrainConfig, progress: bool = True) -> dict[str, A
     texts: dict[str, str] = {}
     data_report: dict[str, Any] = {}
     if cfg.microworld_seed >= 0 and cfg.micro_share > 0:
-        from envs.microworld.config import WorldConfig
-        from envs.microworld.corpus import fact_corpus
-        from envs.microworld.kb import KnowledgeBase
+        from envs.core.microworld.config import WorldConfig
+        from envs.core.microworld.corpus import fact_corpus
+        from envs.core.microworld.kb import KnowledgeBase
 
         kb = KnowledgeBase.generate(WorldConfig(seed=cfg.microworld_seed))
         mcorpus = fact_corpus(kb)
@@ -235,8 +235,8 @@ def train_colbert(cfg: ColBERTTrainConfig, progress: bool = True) -> dict[str, A
                                      "eval_facts": len(eval_ids), "triples": len(micro_triples),
                                      "split": "by subject: sha256(subject)[0] even -> train"}
     if cfg.hotpotqa.lower() != "none" and cfg.micro_share < 1:
-        from envs.data.corpora import paragraph_corpus
-        from envs.data.loaders import load_dataset, shared_data_dir
+        from envs.core.data.corpora import paragraph_corpus
+        from envs.core.data.loaders import load_dataset, shared_data_dir
 
         path = Path(cfg.hotpotqa) if cfg.hotpotqa else shared_data_dir() / "hotpotqa" / "dev_500.jsonl"
         questions = load_dataset("hotpotqa", path)

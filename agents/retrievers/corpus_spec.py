@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from envs.data.types import Corpus
+from envs.core.data.types import Corpus
 
 SPEC_HELP = ("corpus: 'microworld[:SEED]', 'DATASET:PATH' (union of the paragraphs of a question file; "
              "DATASET in hotpotqa, musique, 2wikimultihopqa, pubmedqa), or 'flashrag:PATH' / PATH.jsonl "
@@ -43,7 +43,7 @@ def parse_spec(spec: str) -> tuple[str, str]:
 
 
 def _kinds() -> set[str]:
-    from envs.data.corpora import CORPUS_BUILDERS
+    from envs.core.data.corpora import CORPUS_BUILDERS
 
     return {"microworld", "flashrag", *CORPUS_BUILDERS.names()}
 
@@ -65,9 +65,9 @@ def load_corpus(spec: str) -> Corpus:
     """
     kind, arg = parse_spec(spec)
     if kind == "microworld":
-        from envs.microworld.config import WorldConfig
-        from envs.microworld.corpus import fact_corpus
-        from envs.microworld.kb import KnowledgeBase
+        from envs.core.microworld.config import WorldConfig
+        from envs.core.microworld.corpus import fact_corpus
+        from envs.core.microworld.kb import KnowledgeBase
 
         try:
             seed = int(arg)
@@ -78,10 +78,10 @@ def load_corpus(spec: str) -> Corpus:
     if not path.is_file():
         raise FileNotFoundError(f"corpus file not found: {path} (from corpus spec '{spec}')")
     if kind == "flashrag":
-        from envs.data.loaders import load_flashrag_corpus
+        from envs.core.data.loaders import load_flashrag_corpus
 
         return load_flashrag_corpus(path)
-    from envs.data.corpora import CORPUS_BUILDERS
-    from envs.data.loaders import load_dataset
+    from envs.core.data.corpora import CORPUS_BUILDERS
+    from envs.core.data.loaders import load_dataset
 
     return CORPUS_BUILDERS.make(kind, load_dataset(kind, path), source=canonical_spec(spec))

@@ -34,10 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from agents.retrievers.base import IndexCorruptError, IndexMismatchError, IndexMissingError
-from envs.config import ConfigBase
-from envs.data.types import Corpus, Passage
-from envs.io import sha256_file, write_json
-from envs.registry import Registry
+from envs.core.config import ConfigBase
+from envs.core.data.types import Corpus, Passage
+from envs.core.io import sha256_file, write_json
+from envs.core.registry import Registry
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from agents.reasoners.base import Step
-from envs.registry import Registry
+from envs.core.registry import Registry
 
 
 class SignalUnavailable(ValueError):

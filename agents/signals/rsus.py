@@ -47,7 +47,7 @@ import numpy as np
 
 from agents.reasoners.base import Step
 from agents.signals.base import SignalBase, SignalUnavailable, register_signal
-from envs.config import ConfigBase, ConfigError, helpf
+from envs.core.config import ConfigBase, ConfigError, helpf
 
 CONFIDENCE_PROMPT = "Rate your confidence that the current conclusion is factually correct (0-100)"
 
@@ -411,7 +411,7 @@ def rsus_weights_dir() -> Path:
 def save_rsus_weights(name: str, weights: Sequence[float], info: dict[str, Any] | None = None,
                       folder: str | Path | None = None) -> Path:
     """Save a fitted weight set as ``<folder>/<name>.json`` (atomically); returns the path."""
-    from envs.io import write_json
+    from envs.core.io import write_json
 
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or name == "paper":
         raise ValueError(f"RSUS weight-set name '{name}' must be letters, digits, '_', '.', '-' (and not 'paper')")

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import torch
 
-from envs.io import atomic_open
-from envs.microworld.artifact import MicroWorld, save_artifact
-from envs.microworld.config import BuildConfig
-from envs.microworld.kb import KnowledgeBase, render_fact
-from envs.microworld.questions import Document, DocumentSampler, enumerate_questions, split_questions
+from envs.core.io import atomic_open
+from envs.core.microworld.artifact import MicroWorld, save_artifact
+from envs.core.microworld.config import BuildConfig
+from envs.core.microworld.kb import KnowledgeBase, render_fact
+from envs.core.microworld.questions import Document, DocumentSampler, enumerate_questions, split_questions
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def train_world(cfg: BuildConfig, out_dir: str | Path, resume: bool = False, max
         progress: show a rich progress bar.
     """
     from agents.reasoners.microlm import build_model, n_params
-    from envs.microworld.tokenizer import WordTokenizer
+    from envs.core.microworld.tokenizer import WordTokenizer
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

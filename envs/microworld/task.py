@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from envs.microworld.labels import gold_answer, label_step
-from envs.microworld.questions import Question
+from envs.core.microworld.labels import gold_answer, label_step
+from envs.core.microworld.questions import Question
 
 
 def holdout_facts(kb, share: float, seed: int) -> set[str]:

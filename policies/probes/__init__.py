@@ -26,7 +26,7 @@ _LAZY = {
     "default_arch": "policies.probes.probe", "MLP": "policies.probes.nets", "ReProbeNet": "policies.probes.nets",
     "proxy_features": "agents.signals.rsus", "train_rsus_proxy": "policies.probes.rsus_proxy",
     "StepDataset": "policies.probes.dataset", "build_step_dataset": "policies.probes.dataset",
-    "artifact_fingerprint": "envs.microworld.artifact", "world_model_id": "envs.microworld.artifact",
+    "artifact_fingerprint": "envs.core.microworld.artifact", "world_model_id": "envs.core.microworld.artifact",
     "ProbeTrainConfig": "policies.probes.pipeline", "train_probe": "policies.probes.pipeline",
 }
 

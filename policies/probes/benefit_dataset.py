@@ -74,7 +74,7 @@ def benefit_step_dataset(labels_path: str | Path, env_config, cache_dir: str | P
     """
     from agents.signals.output import OutputGroup
     from envs.components import build_components
-    from envs.io import read_done_rows
+    from envs.core.io import read_done_rows
 
     path = Path(labels_path)
     if not path.is_file():

@@ -1,7 +1,7 @@
 """Step datasets with ground-truth error labels from the micro-world (DESIGN §6), cached on disk.
 
 :func:`build_step_dataset` runs the micro-world reasoner's closed-book greedy chains on a question split,
-labels every non-answer step with :func:`envs.microworld.labels.label_chain` (error = label is not
+labels every non-answer step with :func:`envs.core.microworld.labels.label_chain` (error = label is not
 ``correct``) and keeps, per step, everything the detectors need: the pooled per-layer states
 (``hidden_mean`` / ``hidden_last``), the output-level signals, the step text, its question, error kind and
 subject entity. The result is cached as ``.npz`` keyed by the artifact fingerprint and the question ids,
@@ -9,7 +9,7 @@ so training a probe, choosing a layer interval and the detection benchmark share
 
 Example::
 
-    world = load_artifact("envs/microworld/artifacts/default")
+    world = load_artifact("envs/core/microworld/artifacts/default")
     ds = build_step_dataset(world, split="train", n_questions=2000)
     X = FeatureSpec("pulse", layers=(1, 5)).compute(hidden_mean=ds.hidden_mean)
     y, groups = ds.labels, ds.question_ids
@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from envs.io import atomic_open
-from envs.microworld.artifact import artifact_fingerprint, world_model_id
+from envs.core.io import atomic_open
+from envs.core.microworld.artifact import artifact_fingerprint, world_model_id
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ def build_step_dataset(world, split: str = "train", n_questions: int | None = 20
     """Labelled steps of closed-book greedy chains on ``world.questions[split]`` (cached).
 
     Args:
-        world: a loaded :class:`~envs.microworld.artifact.MicroWorld` (saved: it needs a path).
+        world: a loaded :class:`~envs.core.microworld.artifact.MicroWorld` (saved: it needs a path).
         split: question split (``train`` for probe training; ``dev`` / ``test`` for evaluation).
         n_questions: hop-balanced sample size (``None`` = every question of the split).
         seed: sampling seed.
@@ -141,7 +141,7 @@ def build_step_dataset(world, split: str = "train", n_questions: int | None = 20
     """
     from agents.reasoners.micro import MicroReasoner
     from agents.signals.output import OutputGroup
-    from envs.microworld.labels import label_chain
+    from envs.core.microworld.labels import label_chain
 
     if split not in world.questions:
         raise ValueError(f"unknown question split '{split}' (valid: {', '.join(world.questions)})")

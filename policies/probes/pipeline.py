@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from envs.config import ConfigBase, ConfigError, helpf
+from envs.core.config import ConfigBase, ConfigError, helpf
 
 log = logging.getLogger(__name__)
 
@@ -157,8 +157,8 @@ def train_probe(cfg: ProbeTrainConfig) -> tuple[Any, dict[str, Any]]:
     """Build the dataset, train, save and evaluate; returns ``(probe, report)``."""
     import torch
 
-    from envs.io import write_json
-    from envs.microworld.artifact import load_artifact, world_model_id
+    from envs.core.io import write_json
+    from envs.core.microworld.artifact import load_artifact, world_model_id
     from policies.probes.dataset import build_step_dataset
     from policies.probes.probe import default_arch, fit_probe
     from policies.probes.splits import entity_disjoint_split, group_split

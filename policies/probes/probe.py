@@ -38,8 +38,8 @@ import numpy as np
 import torch
 
 from agents.reasoners.base import Step
-from envs.config import ConfigBase, helpf
-from envs.io import atomic_open, write_json
+from envs.core.config import ConfigBase, helpf
+from envs.core.io import atomic_open, write_json
 from policies.probes.metrics import auroc
 from policies.probes.nets import build_net
 

@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envs.io import write_text
+from envs.core.io import write_text
 
 log = logging.getLogger(__name__)
 
@@ -117,15 +117,15 @@ def microworld_steps(world, split: str, max_questions: int | None = None, batch:
     """Usable steps of the world reasoner's greedy chains on ``split`` (see the module docstring).
 
     Args:
-        world: A loaded :class:`envs.microworld.artifact.MicroWorld`.
+        world: A loaded :class:`envs.core.microworld.artifact.MicroWorld`.
         split: ``train`` | ``dev`` | ``test``.
         max_questions: Use only the first N questions of the split.
         batch: Questions per batched generation call.
         progress: Show a progress bar.
     """
     from agents.reasoners.micro import MicroReasoner
-    from envs.microworld.labels import label_step
-    from envs.microworld.questions import gold_chain
+    from envs.core.microworld.labels import label_step
+    from envs.core.microworld.questions import gold_chain
 
     if split not in world.questions:
         raise ValueError(f"unknown micro-world split '{split}' (valid: {', '.join(world.questions)})")
@@ -187,7 +187,7 @@ def hotpotqa_steps(examples: Sequence[Any], reasoner, max_steps: int = 2, batch:
     """The first ``max_steps`` steps of ``reasoner``'s greedy chains on HotpotQA ``examples``.
 
     Args:
-        examples: :class:`envs.data.types.QAExample` with paragraphs (``metadata["paragraphs"]``).
+        examples: :class:`envs.core.data.types.QAExample` with paragraphs (``metadata["paragraphs"]``).
         reasoner: A reasoner with ``run_chains`` (the HF backend: SmolLM2-135M by default).
         max_steps: Steps generated per question (the answer line is never a flagged step).
         batch: Questions per batched generation call.
@@ -249,7 +249,7 @@ def cached_steps(world_name: str, split: str, data_dir: str | Path, *, max_quest
     if path.is_file():
         return load_steps(path)
     if world_name == "microworld":
-        from envs.microworld.artifact import load_artifact
+        from envs.core.microworld.artifact import load_artifact
 
         steps = microworld_steps(load_artifact(artifact, threads=reasoner_threads), split,
                                  max_questions=max_questions, progress=progress)

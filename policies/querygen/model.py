@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from envs.io import write_json
+from envs.core.io import write_json
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ def word_tokenizer_to_hf(tok):
     from tokenizers import AddedToken, Tokenizer, models, normalizers, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    from envs.microworld.tokenizer import EOS, PAD, UNK
+    from envs.core.microworld.tokenizer import EOS, PAD, UNK
 
     core = Tokenizer(models.WordLevel(vocab=dict(tok.index), unk_token=UNK))
     core.normalizer = normalizers.Replace("\n", " \n ")
@@ -122,7 +122,7 @@ def load_base(world: str, base_model: str | None = None, artifact: str | None = 
     if world == "microworld":
         import copy
 
-        from envs.microworld.artifact import load_artifact
+        from envs.core.microworld.artifact import load_artifact
 
         if base_model is not None:
             gen = GenerativeQueryGenerator.load(base_model)

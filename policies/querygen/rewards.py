@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from envs.registry import Registry
+from envs.core.registry import Registry
 
 #: name -> factory(**kwargs) -> reward callable
 REWARDS: Registry[Callable[..., Callable[..., list[float]]]] = Registry("QueryGen reward")

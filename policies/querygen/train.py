@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from envs.io import write_json
+from envs.core.io import write_json
 from policies.querygen.config import QueryGenTrainConfig
 from policies.querygen.data import FlaggedStep, cached_steps
 from policies.querygen.model import META_FILE, GenerativeQueryGenerator, load_base
@@ -39,7 +39,7 @@ def world_retriever(world: str, artifact: str | None = None, index_path: str | N
     from envs.env_config import EnvConfig
 
     if world == "microworld":
-        from envs.microworld.artifact import load_artifact
+        from envs.core.microworld.artifact import load_artifact
 
         corpus = load_artifact(artifact, verify=False).corpus()
     else:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from envs.data.loaders import shared_data_dir
+from envs.core.data.loaders import shared_data_dir
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from envs.data import DataFormatError, UnknownDatasetError, load_dataset, load_flashrag_corpus
+from envs.core.data import DataFormatError, UnknownDatasetError, load_dataset, load_flashrag_corpus
 
 GOOD_MEDMCQA = {"question": "Q?", "opa": "a1", "opb": "b1", "opc": "c1", "opd": "d1", "cop": 2, "exp": None,
                 "subject_name": "Anatomy", "topic_name": None, "id": "m1", "choice_type": "single"}
@@ -140,7 +140,7 @@ def test_skip_bad_lines_counts_and_logs(tmp_path, caplog):
     lines = [_rec(id="a"), "{not json", _rec(id="b", question=...), _rec(id="a"), _rec(id="c"),
              _rec(cop=0, id="d")]
     path = _write_lines(tmp_path / "mc.jsonl", lines)
-    with caplog.at_level(logging.WARNING, logger="envs.data.loaders"):
+    with caplog.at_level(logging.WARNING, logger="envs.core.data.loaders"):
         qs = load_dataset("medmcqa", path, skip_bad_lines=True)
     assert [q.id for q in qs] == ["a", "c"]
     assert qs.skipped == 4 and qs.skipped_at == [2, 3, 4, 6]

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from envs.data import CorpusError, QAExample, medmcqa_knowledge_corpus, paragraph_corpus, strip_answer_leaks
+from envs.core.data import (
+    CorpusError,
+    QAExample,
+    medmcqa_knowledge_corpus,
+    paragraph_corpus,
+    strip_answer_leaks,
+)
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from envs.data import (
+from envs.core.data import (
     Corpus,
     Passage,
     load_dataset,

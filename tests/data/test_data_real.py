@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from envs.data import load_dataset, medmcqa_knowledge_corpus, paragraph_corpus, pubmedqa_corpus
+from envs.core.data import load_dataset, medmcqa_knowledge_corpus, paragraph_corpus, pubmedqa_corpus
 
 
 def test_hotpotqa_ircot_dev_500(real_file):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from envs.data import Corpus, CorpusError, Passage, QAExample, passage_id
+from envs.core.data import Corpus, CorpusError, Passage, QAExample, passage_id
 
 
 def _corpus() -> Corpus:

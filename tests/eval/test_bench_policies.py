@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from envs.config import ConfigError
+from envs.core.config import ConfigError
 from eval.bench_policies import BenchConfig, auto_grid, parse_slice, retrieval_rate, run_bench
 
 

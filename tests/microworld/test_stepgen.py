@@ -6,7 +6,7 @@ import torch
 
 from agents.reasoners.microlm import build_model
 from agents.reasoners.stepgen import GenState, generate_steps
-from envs.microworld.config import ModelConfig
+from envs.core.microworld.config import ModelConfig
 
 STOP, COLON, PAD = {3, 1}, 5, 0
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from agents.reasoners.base import Step
-from envs.microworld.kb import render_fact
-from envs.microworld.labels import SPLIT_TO_KIND
-from envs.microworld.questions import gold_chain
+from envs.core.microworld.kb import render_fact
+from envs.core.microworld.labels import SPLIT_TO_KIND
+from envs.core.microworld.questions import gold_chain
 from policies.probes import Probe, ProbeMismatchError
 from policies.probes.dataset import (
     StepDataset,

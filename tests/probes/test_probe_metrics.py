@@ -113,7 +113,7 @@ def test_read_done_rows_names_the_line_of_a_row_without_a_required_field(tmp_pat
 
     import pytest
 
-    from envs.io import read_done_rows
+    from envs.core.io import read_done_rows
 
     path = tmp_path / "rows.jsonl"
     path.write_text(json.dumps({"question_index": 0, "steps": []}) + "\n" + json.dumps({"question_index": 1}) + "\n")

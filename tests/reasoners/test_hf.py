@@ -14,7 +14,7 @@ from agents.reasoners.hf import (
     model_cache_dir,
     newline_stop_ids,
 )
-from envs.config import ConfigError
+from envs.core.config import ConfigError
 
 QUESTIONS = ["Paris is the capital ?", "a b c d e f g h ?", "x ?"]
 

@@ -14,7 +14,7 @@ import pytest
 
 from agents.reasoners.base import Reasoner
 from agents.reasoners.openai_compat import OpenAIReasoner, OpenAIReasonerConfig, ReasonerHTTPError
-from envs.config import ConfigError
+from envs.core.config import ConfigError
 
 SERVER_LIFETIME_S = 60.0  # the server thread ends by itself after this, even if a test forgets it
 

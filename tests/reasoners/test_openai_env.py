@@ -149,7 +149,7 @@ def test_snapshot_restore_and_with_evidence_round_trip(server):
 
 
 def test_reasoner_options_are_validated_on_the_driver(tmp_path):
-    from envs.config import ConfigError
+    from envs.core.config import ConfigError
     from envs.env_config import EnvConfig
 
     with pytest.raises(ConfigError, match="EnvConfig.reasoner_options: unknown config key 'base_uri'"):

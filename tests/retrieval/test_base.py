@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from agents.retrievers import PassageSelector, RetrievedPassage, Retriever, SelectionConfig, select_passages
-from envs.config import ConfigError
-from envs.data.types import Passage
+from envs.core.config import ConfigError
+from envs.core.data.types import Passage
 
 
 def ranked(*ids: str) -> list[RetrievedPassage]:

@@ -61,7 +61,7 @@ def test_save_and_memory_mapped_load(tmp_path, capitals, bm25_cfg):
 
 
 def test_bad_config():
-    from envs.config import ConfigError
+    from envs.core.config import ConfigError
 
     with pytest.raises(ConfigError):
         BM25Config.from_dict({"b": 2.0})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from agents.retrievers import BM25Retriever, CachedRetriever, Prefetcher, QueryCache
 from agents.retrievers.base import RetrievedPassage
-from envs.microworld.config import ALL_RELATIONS
+from envs.core.microworld.config import ALL_RELATIONS
 
 
 class Counting:

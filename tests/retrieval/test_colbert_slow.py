@@ -14,7 +14,7 @@ import torch
 
 from agents.retrievers import IndexCorruptError, IndexMismatchError, build_index, load_index
 from agents.retrievers.index import probe_query
-from envs.data.types import Corpus, Passage
+from envs.core.data.types import Corpus, Passage
 
 pytestmark = [
     pytest.mark.slow,

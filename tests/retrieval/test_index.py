@@ -19,7 +19,7 @@ from agents.retrievers import (
 )
 from agents.retrievers.corpus_spec import canonical_spec, load_corpus
 from agents.retrievers.index import MANIFEST, probe_positions, probe_query
-from envs.data.types import Corpus, Passage
+from envs.core.data.types import Corpus, Passage
 
 STEMMER = "english" if importlib.util.find_spec("Stemmer") else "none"
 

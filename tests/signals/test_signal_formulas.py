@@ -235,7 +235,7 @@ def test_micro_sample_states_from_a_generation_pass():
     from agents.reasoners.microlm import build_model
     from agents.reasoners.stepgen import GenState
     from agents.signals import micro_sample_states
-    from envs.microworld.config import ModelConfig
+    from envs.core.microworld.config import ModelConfig
 
     torch.manual_seed(0)
     model = build_model(ModelConfig(n_layers=2, hidden=32, heads=2, intermediate=64), 24, 0, 1).eval()
@@ -260,7 +260,7 @@ def test_batched_eigen_samples_equal_each_state_alone():
     from agents.reasoners.microlm import build_model
     from agents.reasoners.stepgen import GenState
     from agents.signals.hidden import micro_sample_states, micro_sample_states_batch
-    from envs.microworld.config import ModelConfig
+    from envs.core.microworld.config import ModelConfig
 
     torch.manual_seed(0)
     model = build_model(ModelConfig(n_layers=2, hidden=32, heads=2, intermediate=64), 24, 0, 1).eval()

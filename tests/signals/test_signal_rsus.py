@@ -21,7 +21,7 @@ from agents.signals import (
 )
 from agents.signals.base import SignalUnavailable
 from agents.signals.rsus import parse_confidence, score_entropy
-from envs.config import ConfigError
+from envs.core.config import ConfigError
 
 CORPUS = ["Mira 's father is Tovan .", "Tovan was born in Kasford .", "Kelcorp is headquartered in Kasford .",
           "Bren works for Kelcorp ."]

@@ -41,7 +41,7 @@ def test_saved_by_name_and_loaded(tmp_path, monkeypatch):
 
 def test_the_env_uses_a_named_weight_set(tmp_path, monkeypatch):
     from envs.components import build_components
-    from envs.config import ConfigError
+    from envs.core.config import ConfigError
     from envs.env_config import EnvConfig
 
     monkeypatch.setenv("KAIROS_RSUS_WEIGHTS", str(tmp_path))
@@ -78,9 +78,9 @@ def test_a_trained_u_verb_proxy_plugs_in_through_the_env_config(tmp_path):
     """U_verb for a reasoner that cannot state a confidence: a proxy probe (surface features of the step) named in
     rsus_options.verb_proxy — then u_verb is a real, unmasked scalar."""
     from envs.components import build_components
-    from envs.config import ConfigError
+    from envs.core.config import ConfigError
+    from envs.core.microworld.artifact import load_artifact, world_model_id
     from envs.env_config import EnvConfig
-    from envs.microworld.artifact import load_artifact, world_model_id
     from policies.probes.rsus_proxy import train_rsus_proxy
 
     texts = ["Mira 's father is Tovan .", "maybe Mira 's father is Kel ?", "Tovan was born in Kasford .",

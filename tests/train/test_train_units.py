@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from envs.config import ConfigError
+from envs.core.config import ConfigError
 from policies.rl.export import LearnedTrigger, export_policy, load_policy
 from policies.rl.net import PolicyNet, PolicySpec, floor_logits
 from train.config import TrainConfig

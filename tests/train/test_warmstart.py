@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from envs.config import ConfigError
+from envs.core.config import ConfigError
 from train.warmstart import WarmStartOptions, counterfactual_labels, decision_gain, fit_policy
 
 ENV = {"split": "train", "rsus_components": ["ent"], "signals": ["pulse", "output", "rsus", "content"],

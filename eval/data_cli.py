@@ -20,8 +20,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from envs.data.corpora import CORPUS_BUILDERS, medmcqa_knowledge_corpus, paragraph_corpus
-from envs.data.loaders import (
+from envs.core.data.corpora import CORPUS_BUILDERS, medmcqa_knowledge_corpus, paragraph_corpus
+from envs.core.data.loaders import (
     LOADERS,
     YES_NO_MAYBE,
     LoadResult,
@@ -29,7 +29,7 @@ from envs.data.loaders import (
     resolve_dataset,
     write_flashrag,
 )
-from envs.data.types import Corpus, QAExample
+from envs.core.data.types import Corpus, QAExample
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from envs.io import write_json
+from envs.core.io import write_json
 
 PAD, EOS, UNK, NL = "<pad>", "<eos>", "<unk>", "\n"
 SPECIALS = [PAD, EOS, UNK, NL]

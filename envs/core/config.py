@@ -14,7 +14,7 @@ Example:
     >>> Demo.from_dict({"lrr": 0.1})
     Traceback (most recent call last):
     ...
-    envs.config.ConfigError: Demo: unknown config key 'lrr' (valid keys: lr)
+    envs.core.config.ConfigError: Demo: unknown config key 'lrr' (valid keys: lr)
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Every entity name is a single word (one token of the word-level tokenizer). Ever
 sentence and every sentence parses back to exactly one fact, so generated steps can be checked.
 
 Example:
-    >>> from envs.microworld.config import WorldConfig
+    >>> from envs.core.microworld.config import WorldConfig
     >>> kb = KnowledgeBase.generate(WorldConfig(seed=0))
     >>> f = kb.facts[0]
     >>> parse_sentence(render_fact(f.subject, f.relation, f.object)) == (f.subject, f.relation, f.object)
@@ -18,7 +18,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from envs.microworld.config import PERSON_RELATIONS, SPLITS, WorldConfig
+from envs.core.microworld.config import PERSON_RELATIONS, SPLITS, WorldConfig
 
 #: entity type of each relation's (subject, object)
 RELATION_TYPES = {

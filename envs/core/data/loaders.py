@@ -4,7 +4,7 @@ A :class:`LoadResult` *is* a ``list[QAExample]`` (a list subclass) that also car
 skipped (``skipped``, ``skipped_at``) and which file format was detected (``fmt``).
 
 Every loader checks what it reads: a malformed JSON line, a missing or mistyped field, an empty file, a
-duplicate id all raise :class:`~envs.data.errors.DataFormatError` naming the file, the 1-based line (JSON
+duplicate id all raise :class:`~envs.core.data.errors.DataFormatError` naming the file, the 1-based line (JSON
 Lines) or record (whole-file JSON) and the field. With ``skip_bad_lines=True`` a bad record is logged as a
 warning and counted in ``LoadResult.skipped`` instead; problems with the whole file (empty, not JSON at
 all) always raise. Blank lines in JSON Lines files are not records and are ignored.
@@ -19,7 +19,7 @@ Formats (see ``/work/shared/data/SOURCES.md`` and each function's docstring):
 - ``flashrag``: FlashRAG questions JSON Lines (``id``, ``question``, ``golden_answers``, ``choices``).
 
 Datasets that carry paragraphs store them in ``metadata["paragraphs"]`` as
-``{"id", "title", "text", "is_supporting"}`` dicts (the corpus builders in :mod:`envs.data.corpora` read
+``{"id", "title", "text", "is_supporting"}`` dicts (the corpus builders in :mod:`envs.core.data.corpora` read
 them); ``gold_passage_ids`` are the ids of the supporting ones. Multi-hop paragraph text is
 whitespace-normalised (runs of spaces/newlines -> one space), so the IRCoT and original HotpotQA files give
 the same passage ids. Fields a loader does not interpret are kept in ``metadata`` under their file names.
@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envs.data.errors import DataFormatError, UnknownDatasetError
-from envs.data.types import (
+from envs.core.data.errors import DataFormatError, UnknownDatasetError
+from envs.core.data.types import (
     Corpus,
     Passage,
     QAExample,
@@ -50,8 +50,8 @@ from envs.data.types import (
     normalize_whitespace,
     passage_id,
 )
-from envs.io import atomic_open
-from envs.registry import Registry
+from envs.core.io import atomic_open
+from envs.core.registry import Registry
 
 log = logging.getLogger(__name__)
 
@@ -724,7 +724,7 @@ def shared_data_dir() -> Path:
     env = os.environ.get("KAIROS_SHARED_DATA")
     if env:
         return Path(env).expanduser()
-    return (Path(__file__).resolve().parents[2] / ".." / "shared" / "data").resolve()
+    return (Path(__file__).resolve().parents[3] / ".." / "shared" / "data").resolve()
 
 
 Loader = Callable[..., LoadResult]

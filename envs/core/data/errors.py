@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from envs.registry import UnknownNameError
+from envs.core.registry import UnknownNameError
 
 
 class DataFormatError(ValueError):

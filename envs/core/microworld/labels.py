@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from envs.microworld.kb import KnowledgeBase, parse_sentence
-from envs.microworld.questions import Question
+from envs.core.microworld.kb import KnowledgeBase, parse_sentence
+from envs.core.microworld.questions import Question
 
 SPLIT_TO_KIND = {"held_out": "unseen", "mislearned": "mislearned", "conflicting": "conflicting",
                  "evidence_only": "evidence_only", "known": "known"}

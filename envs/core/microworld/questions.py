@@ -20,8 +20,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from envs.microworld.config import PERSON_RELATIONS, LMTrainConfig
-from envs.microworld.kb import RELATION_TYPES, Fact, KnowledgeBase, render_fact
+from envs.core.microworld.config import PERSON_RELATIONS, LMTrainConfig
+from envs.core.microworld.kb import RELATION_TYPES, Fact, KnowledgeBase, render_fact
 
 EOS = "<eos>"
 NL = "\n"

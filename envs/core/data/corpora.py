@@ -2,13 +2,13 @@
 
 - :func:`paragraph_corpus`: the union of the paragraphs that come with the questions (HotpotQA, MuSiQue,
   2WikiMultihopQA, PubMedQA), deduplicated; ids are the paragraph ids the loaders assigned
-  (:func:`~envs.data.types.passage_id` of title + text, or ``<PMID>-<i>`` for PubMedQA), so every
+  (:func:`~envs.core.data.types.passage_id` of title + text, or ``<PMID>-<i>`` for PubMedQA), so every
   ``QAExample.gold_passage_ids`` entry is in the corpus.
 - :func:`medmcqa_knowledge_corpus`: MedMCQA explanations of questions *disjoint* from the evaluation
   questions, with answer-revealing phrases removed by :func:`strip_answer_leaks`.
 
 Example:
-    >>> from envs.data.types import QAExample
+    >>> from envs.core.data.types import QAExample
     >>> ex = QAExample("q1", "Q?", ["x"], metadata={"paragraphs": [
     ...     {"id": "p1", "title": "T", "text": "some text", "is_supporting": True}]})
     >>> [p.id for p in paragraph_corpus([ex, ex], source="demo")]
@@ -23,9 +23,9 @@ import logging
 import re
 from collections.abc import Callable, Iterable
 
-from envs.data.errors import CorpusError
-from envs.data.types import Corpus, Passage, QAExample, normalize_whitespace
-from envs.registry import Registry
+from envs.core.data.errors import CorpusError
+from envs.core.data.types import Corpus, Passage, QAExample, normalize_whitespace
+from envs.core.registry import Registry
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from envs.config import ConfigBase, ConfigError, helpf
+from envs.core.config import ConfigBase, ConfigError, helpf
 
 PERSON_RELATIONS = ("mother", "father", "spouse")
 ALL_RELATIONS = ("mother", "father", "spouse", "birthplace", "employer", "headquarters")

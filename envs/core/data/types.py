@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, overload
 
-from envs.data.errors import CorpusError
+from envs.core.data.errors import CorpusError
 
 
 def choice_letter(index: int) -> str:
@@ -124,7 +124,7 @@ class Corpus(Sequence[Passage]):
         >>> Corpus.from_passages([Passage("a", "T", "x"), Passage("a", "U", "y")], source="demo")
         Traceback (most recent call last):
         ...
-        envs.data.errors.CorpusError: demo: duplicate passage id 'a' (positions 0 and 1)
+        envs.core.data.errors.CorpusError: demo: duplicate passage id 'a' (positions 0 and 1)
     """
 
     def __init__(self, passages: list[Passage], index: dict[str, int], source: str) -> None:

@@ -30,7 +30,7 @@ Example:
     >>> GREETERS.get("helo")
     Traceback (most recent call last):
     ...
-    envs.registry.UnknownNameError: unknown greeter 'helo' (registered: hello; or a dotted path 'package.module:Name')
+    envs.core.registry.UnknownNameError: unknown greeter 'helo' (registered: hello; or a dotted path 'package.module:Name')
 """
 
 from __future__ import annotations

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envs.io import sha256_file, write_json
-from envs.microworld.config import BuildConfig
-from envs.microworld.kb import KnowledgeBase
-from envs.microworld.questions import Question
+from envs.core.io import sha256_file, write_json
+from envs.core.microworld.config import BuildConfig
+from envs.core.microworld.kb import KnowledgeBase
+from envs.core.microworld.questions import Question
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class MicroWorld:
 
     def corpus(self, distractors: list[tuple[str, str]] | None = None):
         """Every true fact sentence as a passage (id = fact id), plus optional ``(title, text)`` distractors."""
-        from envs.microworld.corpus import fact_corpus
+        from envs.core.microworld.corpus import fact_corpus
 
         return fact_corpus(self.kb, distractors)
 
@@ -132,7 +132,7 @@ def load_artifact(path: str | Path | None = None, verify: bool = True, threads: 
     from safetensors.torch import load_file
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from envs.microworld.tokenizer import WordTokenizer
+    from envs.core.microworld.tokenizer import WordTokenizer
 
     path = Path(path) if path is not None else default_artifact_path()
     manifest = verify_artifact(path, checksums=verify)

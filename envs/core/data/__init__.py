@@ -1,27 +1,27 @@
 """Kairos data layer: QA dataset loaders, corpora and their value types (stdlib only; imports are cheap).
 
 Example:
-    >>> from envs.data import LOADERS, QAExample
+    >>> from envs.core.data import LOADERS, QAExample
     >>> sorted(LOADERS)[:3]
     ['2wikimultihopqa', 'flashrag', 'hotpotqa']
 """
 
-from envs.data.corpora import (
+from envs.core.data.corpora import (
     CORPUS_BUILDERS,
     medmcqa_knowledge_corpus,
     paragraph_corpus,
     pubmedqa_corpus,
     strip_answer_leaks,
 )
-from envs.data.errors import CorpusError, DataFormatError, UnknownDatasetError
-from envs.data.loaders import (
+from envs.core.data.errors import CorpusError, DataFormatError, UnknownDatasetError
+from envs.core.data.loaders import (
     LOADERS,
     LoadResult,
     load_dataset,
     load_flashrag_corpus,
     write_flashrag,
 )
-from envs.data.types import Corpus, Passage, QAExample, passage_id
+from envs.core.data.types import Corpus, Passage, QAExample, passage_id
 
 __all__ = [
     "CORPUS_BUILDERS",
