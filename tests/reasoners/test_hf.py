@@ -187,7 +187,7 @@ def test_config_checks_and_model_paths(tmp_path, monkeypatch, tok, random_model)
         HFReasonerConfig.from_dict({"dtype": "float8"})
     with pytest.raises(ValueError, match="eager"):
         HFReasoner(random_model, tok, HFReasonerConfig(capture_attentions=True, attn_implementation="eager"))
-    with pytest.raises(FileNotFoundError, match="never downloaded"):
+    with pytest.raises(FileNotFoundError, match="not found; tried: a local folder or .gguf file .*no such path"):
         load_causal_lm(HFReasonerConfig(model=str(tmp_path / "Qwen2.5-7B-Instruct")))
     monkeypatch.setenv("KAIROS_MODEL_CACHE", str(tmp_path / "cache"))
     assert model_cache_dir() == tmp_path / "cache"
