@@ -78,7 +78,16 @@ class Components:
     def question_text(self, q) -> str:
         return self.task.question_text(q)
 
+    @property
+    def graded(self) -> bool:
+        """Whether the task scores answers (``Task.graded``, default true). An ungraded task (user questions, no
+        gold answers: :class:`envs.ungraded.UngradedTask`) has no quality: it is NaN, and the reward is the costs
+        alone."""
+        return bool(getattr(self.task, "graded", True))
+
     def quality(self, q, record) -> float:
+        if not self.graded:
+            return float("nan")
         return 0.0 if record is None else float(self.task.quality(q, record.content))
 
     @property

@@ -189,6 +189,7 @@ def step_batch(envs: list[RetrievalTimingEnv], actions: list[Any]) -> list[tuple
             d["retrieved"]["refined"] = "original"
         elif envs[i].config.self_refine:
             d["retrieved"]["refined"] = "augmented"
+        d["regenerated"] = ep.record.text  # the step that stands after the retrieval (info, not the log)
 
     # 3. accept: the step stands; the episode ends at the answer (or max_steps), else the next step is generated
     #    (cache, else one batched generation). An episode that ends without a usable answer line is asked for
@@ -240,12 +241,14 @@ def step_batch(envs: list[RetrievalTimingEnv], actions: list[Any]) -> list[tuple
         penalty, raw = e.costs(event)
         reward, quality = -penalty, None
         if terminated or truncated:
-            quality = e.c.quality(ep.q, ep.answer)
-            reward += quality
+            quality = e.c.quality(ep.q, ep.answer)  # NaN for an ungraded task (no gold answers) ...
+            if e.c.graded:  # ... whose reward reports the costs alone
+                reward += quality
         ep.log.append({"action": [d["retrieve"], int(d["mode"])], "capped": d["capped"], "step": d["step"].text,
                        "label": d["step"].label, "signals": d["step"].signals, **d["retrieved"], "costs": raw,
                        "reward": reward})
-        info = e._info(costs=raw, capped=d["capped"], quality=quality, retrieved=d["retrieved"])
+        info = e._info(costs=raw, capped=d["capped"], quality=quality, retrieved=d["retrieved"],
+                       regenerated=d.get("regenerated"))
         out.append((e._obs(), float(reward), terminated, truncated, info))
     return out
 
@@ -514,8 +517,11 @@ class RetrievalTimingEnv(gym.Env):
         return obs
 
     def _info(self, costs: dict[str, float], capped: bool = False, quality: float | None = None,
-              retrieved: dict[str, Any] | None = None) -> dict[str, Any]:
-        """``info``: the current step (text, signals, label) and what the last action cost and retrieved."""
+              retrieved: dict[str, Any] | None = None, regenerated: str | None = None) -> dict[str, Any]:
+        """``info``: the current step (text, signals, label), what the last action cost and retrieved (with
+        ``regenerated_step``: the step's text after the evidence), the episode's tokens and seconds so far; at the
+        end the answer (``answer``: the last line, ``answer_content``: what is scored, ``None`` without a usable
+        answer) and its ``quality`` — NaN for an ungraded task, whose ``metrics`` are empty."""
         retrieved = retrieved or {"query": None, "passage_ids": []}
         ep = self.ep
         rec = ep.record
@@ -537,7 +543,10 @@ class RetrievalTimingEnv(gym.Env):
             **({"compression": retrieved["compression"]} if "compression" in retrieved else {}),
             **({"refined": retrieved["refined"]} if "refined" in retrieved else {}),
             **({"rerank": retrieved["rerank"]} if "rerank" in retrieved else {}),
+            **({"regenerated_step": regenerated} if regenerated is not None else {}),
             "action_prefix": ",".join(ep.prefix),
+            "tokens": ep.tokens,
+            "seconds": round(ep.seconds, 6),
         }
         if rec.label is not None:
             info["label"] = rec.label
@@ -546,9 +555,8 @@ class RetrievalTimingEnv(gym.Env):
             info["quality"] = quality
             info["metrics"] = self.c.metrics(ep.q, ep.answer)
             info["answer"] = rec.text
+            info["answer_content"] = ep.answer.content if ep.answer is not None else None
             info["answer_status"] = ep.answer_status
-            info["tokens"] = ep.tokens
-            info["seconds"] = round(ep.seconds, 6)
             info["episode"] = list(ep.log)
         return info
 

@@ -18,7 +18,7 @@ Plug in your own::
 
 Example:
     >>> TASKS.names()[:4]
-    ['microworld', 'hotpotqa', 'musique', '2wikimultihopqa']
+    ['microworld', 'questions', 'hotpotqa', 'musique']
     >>> isinstance(object(), Task)
     False
 """
@@ -51,6 +51,7 @@ class _TaskRegistry(Registry):
 #: task name -> builder ``fn(config) -> Components``
 TASKS: Registry = _TaskRegistry("task")
 TASKS.register_path("microworld", "envs.components:microworld_components", labels=True)
+TASKS.register_path("questions", "envs.ungraded:questions_components", labels=False)  # user questions, ungraded
 
 
 @runtime_checkable
@@ -61,7 +62,9 @@ class Task(Protocol):
     micro-world's; declared in :class:`LabelledTask`), ``gold_passages``, ``question_attr``, and
     ``metrics(q, answer_content | None) -> {name: value}`` with ``quality_metric`` (which of them ``quality``
     is; the report names its columns by them, e.g. F1 and EM for extractive answers) — without them the
-    report shows ``quality`` alone.
+    report shows ``quality`` alone. ``graded = False`` marks a task without gold answers (user questions in an
+    application, :class:`envs.ungraded.UngradedTask`): the env then reports quality as NaN and the reward as the
+    costs alone, never a made-up score.
     """
 
     questions: list[Any]
