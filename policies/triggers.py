@@ -163,10 +163,16 @@ class ThresholdTrigger(_Base):
         return float(v.reshape(()))
 
     def decide(self, observation, info) -> int:
+        return self.decide_explained(observation, info)[0]
+
+    def decide_explained(self, observation, info) -> tuple[int, dict[str, Any]]:
+        """``(action, details)``: the action ``decide`` returns, with the signal's ``value`` (``None``: masked),
+        the ``threshold`` and the ``direction``."""
         v = self.value(info)
+        details = {"signal": self.signal, "value": v, "threshold": self.threshold, "direction": self.direction}
         if v is None:
-            return int(self.on_masked == "retrieve")
-        return int(v > self.threshold if self.direction == "above" else v < self.threshold)
+            return int(self.on_masked == "retrieve"), details
+        return int(v > self.threshold if self.direction == "above" else v < self.threshold), details
 
     def describe(self) -> str:
         op = ">" if self.direction == "above" else "<"
@@ -196,6 +202,13 @@ class FixedModeTrigger(_Base):
 
     def decide(self, observation, info):
         return (int(self.trigger.decide(observation, info)), self.mode_index)
+
+    def decide_explained(self, observation, info) -> tuple[tuple[int, int], dict[str, Any]]:
+        """The wrapped trigger's explained decision, with the fixed mode."""
+        from envs.rollout import decide
+
+        action, details = decide(self.trigger, observation, info)
+        return (int(action), self.mode_index), details
 
     def describe(self) -> str:
         return f"{self.trigger.describe()} (query mode {self.mode or self.mode_index})"

@@ -61,11 +61,9 @@ def evaluate_policy(policy_or_trigger: Any, env_config: dict | Any, question_ind
         ``{"policy", "n", "accuracy", "calls_per_question", "reward", "steps_per_question",
         "tokens_per_question", "seconds_per_question"}`` (+ ``episodes``).
     """
-    import copy
-
     from envs.env_config import EnvConfig
     from envs.registration import PRESETS
-    from envs.retrieval_env import reset_batch, step_batch
+    from envs.rollout import run_episodes
     from envs.vector import BatchedRetrievalEnv
 
     trigger = _as_trigger(policy_or_trigger)
@@ -94,44 +92,21 @@ def evaluate_policy(policy_or_trigger: Any, env_config: dict | Any, question_ind
 
         bar = tqdm(total=len(wanted), initial=len(wanted) - len(todo), desc=progress, unit="q", leave=False)
     venv = BatchedRetrievalEnv(min(batch_size, max(1, len(todo))), cfg, components=components) if todo else None
-    if venv is not None and callable(getattr(trigger, "bind_modes", None)):  # a learned QueryGen head: its modes
-        trigger.bind_modes(list(venv.envs[0].config.query_modes))  # by name, in this env's order
     lam = (venv.envs[0].get_cost_weights() if venv is not None
            else {k: float(v) for k, v in (cfg.get("costs") or {}).items()})
     try:
-        for start in range(0, len(todo), venv.num_envs if venv else 1):
-            chunk = todo[start:start + venv.num_envs]
-            envs_ = venv.envs[:len(chunk)]
-            trig = [copy.copy(trigger) for _ in chunk]  # reset() re-seeds each copy; a net stays shared
-            for t, q in zip(trig, chunk):
-                t.reset(seed=int(q))
-            outs = reset_batch(envs_, options=[{"question_index": int(q)} for q in chunk])
-            obs = [o for o, _ in outs]
-            infos = [i for _, i in outs]
-            ret = [0.0] * len(chunk)
-            steps = [0] * len(chunk)
-            active = list(range(len(chunk)))
-            while active:
-                acts = {j: trig[j].decide(obs[j], infos[j]) for j in active}
-                res = step_batch([envs_[j] for j in active], [acts[j] for j in active])
-                still = []
-                for j, (o, r, te, tr, info) in zip(active, res):
-                    obs[j], infos[j] = o, info
-                    ret[j] += r
-                    steps[j] += 1
-                    if te or tr:
-                        row = _row(int(chunk[j]), info, ret[j], steps[j], truncated=bool(tr and not te))
-                        rows.append(row)
-                        if sink is not None:
-                            sink.write(json.dumps(row) + "\n")
-                            sink.flush()
-                        if bar is not None:
-                            bar.update(1)
-                    else:
-                        still.append(j)
-                active = still
-            if sink is not None:
-                os.fsync(sink.fileno())
+        # the one decision loop (envs.rollout: also what kairos.Pipeline runs); a row per finished question
+        for ev in run_episodes(venv.envs if venv is not None else [], trigger, todo,
+                               after_batch=(lambda: os.fsync(sink.fileno())) if sink is not None else None):
+            if ev.done:
+                row = _row(ev.question_index, ev.next_info, ev.episode_return, ev.decision,
+                           truncated=bool(ev.truncated and not ev.terminated))
+                rows.append(row)
+                if sink is not None:
+                    sink.write(json.dumps(row) + "\n")
+                    sink.flush()
+                if bar is not None:
+                    bar.update(1)
     finally:
         if venv is not None:
             venv.close()
