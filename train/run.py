@@ -308,6 +308,18 @@ def run_warmstart_of(cfg: TrainConfig, show_progress: bool = True) -> Path:
                          model_config=build_model_config(cfg), lam=lam, seed=cfg.seed, progress=show_progress)
 
 
+def policy_env_config(cfg: TrainConfig) -> dict[str, Any] | None:
+    """The env config a run's policy is trained in (its preset under ``env_config``, as an ``EnvConfig`` dict), which
+    every export records (``spec.json``'s ``env_config``: ``kairos.Pipeline.from_policy`` rebuilds the env from it);
+    ``None`` for a custom env factory."""
+    from envs.env_config import EnvConfig
+    from envs.registration import PRESETS
+
+    if cfg.env not in PRESETS:
+        return None
+    return EnvConfig.from_dict({**PRESETS[cfg.env], **cfg.env_config}).to_dict()
+
+
 def build_model_config(cfg: TrainConfig) -> dict[str, Any]:
     """The RLModule's ``model_config`` of a run."""
     m = cfg.model
@@ -400,7 +412,8 @@ def train(cfg: TrainConfig, resume: bool = False, stop_after: int | None = None,
                     from policies.rl.export import export_policy
 
                     export_policy(learner_net(algo), out / "snapshots" / f"iter_{it:04d}", heads=("retrieve", "query"),
-                                  extra={"name": f"{cfg.name}-iter{it}", "iteration": it})
+                                  extra={"name": f"{cfg.name}-iter{it}", "iteration": it},
+                                  env_config=policy_env_config(cfg))
         if not list_checkpoints(ckpt_dir) or int(list_checkpoints(ckpt_dir)[-1].name[len(CKPT_PREFIX):]) != algo.iteration:
             save_checkpoint(algo, ckpt_dir, cfg.keep_checkpoints)
         writer.flush()
@@ -408,11 +421,14 @@ def train(cfg: TrainConfig, resume: bool = False, stop_after: int | None = None,
         from policies.rl.export import export_policy
 
         net = learner_net(algo)
+        env_config = policy_env_config(cfg)  # recorded with each export: the env its observations come from
         policy_dir = export_policy(net, out / "policy", heads=("retrieve", "query", "value"),
-                                   extra={"name": cfg.name, "iteration": algo.iteration})
-        export_policy(net, out / "policy_trigger", heads=("retrieve",), extra={"name": f"{cfg.name}-trigger"})
+                                   extra={"name": cfg.name, "iteration": algo.iteration}, env_config=env_config)
+        export_policy(net, out / "policy_trigger", heads=("retrieve",), extra={"name": f"{cfg.name}-trigger"},
+                      env_config=env_config)
         if net.query_head is not None:
-            export_policy(net, out / "policy_querygen", heads=("query",), extra={"name": f"{cfg.name}-querygen"})
+            export_policy(net, out / "policy_querygen", heads=("query",), extra={"name": f"{cfg.name}-querygen"},
+                          env_config=env_config)
         summary = {
             "iteration": algo.iteration, "resumed_from": str(restored) if restored else None,
             "first_iteration": first, "wall_seconds": time.perf_counter() - t_start,

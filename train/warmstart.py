@@ -416,7 +416,8 @@ def run_warmstart(env_config: dict[str, Any], opts: WarmStartOptions, out_dir: s
     with torch.random.fork_rng():
         net, fit = fit_policy(data, spec, opts, seed=seed)
     path = export_policy(net, out / "policy", heads=("retrieve", "query", "value"),
-                         extra={"name": "warmstart", "warmstart": {"lambda": lam, "behavior": opts.behavior}})
+                         extra={"name": "warmstart", "warmstart": {"lambda": lam, "behavior": opts.behavior}},
+                         env_config=cfg.to_dict())
     summary = {"questions": n, "decisions": int(len(data["y"])), "positives": int(data["y"].sum()),
                "lambda": lam, "behavior": opts.to_dict(), "behavior_reward": data["behavior_reward"],
                "behavior_accuracy": data["behavior_accuracy"], "behavior_calls": data["behavior_calls"],

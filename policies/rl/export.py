@@ -30,8 +30,12 @@ _HEAD_PREFIX = {"retrieve": "retrieve_head.", "query": "query_head.", "value": "
 
 
 def export_policy(net: PolicyNet, out_dir: str | Path, heads: tuple[str, ...] = ("retrieve", "query"),
-                  extra: dict[str, Any] | None = None) -> Path:
-    """Write ``spec.json`` and ``weights.pt`` (trunk + the chosen heads) atomically into ``out_dir``."""
+                  extra: dict[str, Any] | None = None, env_config: dict[str, Any] | None = None) -> Path:
+    """Write ``spec.json`` and ``weights.pt`` (trunk + the chosen heads) atomically into ``out_dir``.
+
+    ``env_config``: the env config the policy was trained in (an ``EnvConfig`` as a dict), recorded as
+    ``spec.json``'s ``env_config`` — the reasoner, signals and query modes its observations come from, which
+    ``kairos.Pipeline.from_policy`` rebuilds the env from."""
     bad = [h for h in heads if h not in _HEAD_PREFIX]
     if bad:
         raise ValueError(f"export_policy: unknown head '{bad[0]}' (valid: {', '.join(_HEAD_PREFIX)})")
@@ -40,7 +44,7 @@ def export_policy(net: PolicyNet, out_dir: str | Path, heads: tuple[str, ...] = 
     dropped = tuple(p for h, p in _HEAD_PREFIX.items() if h not in heads)
     state = {k: v.detach().cpu() for k, v in net.state_dict().items() if not k.startswith(dropped)}
     meta = {"spec": net.spec.to_dict(), "heads": [h for h in heads if h != "query" or net.query_head is not None],
-            **(extra or {})}
+            **(extra or {}), **({"env_config": dict(env_config)} if env_config is not None else {})}
     tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
     torch.save(state, tmp / "weights.pt")
     (tmp / "spec.json").write_text(json.dumps(meta, indent=2))
@@ -102,6 +106,7 @@ class LearnedTrigger:
         self.querygen = (net.query_head is not None) if querygen is None else querygen
         self.fingerprint: str | None = None  # content hash of the export it was loaded from (policy_fingerprint)
         self.mode_index: list[int] | None = None  # the policy's mode i -> the env's (bind_modes)
+        self.env_config: dict[str, Any] | None = None  # the env it was trained in (spec.json's env_config, if any)
 
     @classmethod
     def load(cls, path: str | Path, name: str | None = None, querygen: bool | None = None,
@@ -110,6 +115,7 @@ class LearnedTrigger:
         q = querygen if querygen is not None else ("query" in meta["heads"] and net.query_head is not None)
         t = cls(net, name=name or meta.get("name", Path(path).name), querygen=q, threshold=threshold)
         t.fingerprint = policy_fingerprint(path)
+        t.env_config = meta.get("env_config")
         return t
 
     def reset(self, seed: int | None = None) -> None:
@@ -138,12 +144,20 @@ class LearnedTrigger:
         self.mode_index = [list(env_modes).index(m) for m in names]
 
     def decide(self, observation: dict[str, Any], info: dict[str, Any]):
+        return self.decide_explained(observation, info)[0]
+
+    def decide_explained(self, observation: dict[str, Any], info: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """``(action, details)``: the action ``decide`` returns, with ``probability`` (π(retrieve)), ``threshold``
+        and, with a query head, ``mode_probabilities`` (by the policy's mode names)."""
         p, modes = self.probs(observation)
         r = int(p > self.threshold)
+        details: dict[str, Any] = {"probability": p, "threshold": self.threshold}
         if self.querygen:
             m = int(np.argmax(modes))
-            return (r, m if self.mode_index is None else self.mode_index[m])
-        return r
+            names = list(self.net.spec.query_modes) or [str(i) for i in range(len(modes))]
+            details["mode_probabilities"] = {n: float(x) for n, x in zip(names, modes)}
+            return (r, m if self.mode_index is None else self.mode_index[m]), details
+        return r, details
 
     def describe(self) -> str:
         s = self.net.spec
