@@ -317,22 +317,94 @@ class Runner:
             env: dict | None = None, mode: str | None = None) -> dict[str, Any]:
         """One (method, split) run. ``mode``: retrieve with that query formulation (the env runs with QueryGen
         actions, the trigger's mode fixed; same trajectory-cache namespace as the env's default mode)."""
-        from policies.triggers import FixedModeTrigger
         from train.evaluate import evaluate_policy
 
         name = _slug(tag or trigger.name)
         if getattr(trigger, "fingerprint", None):  # a learned policy: its rows belong to these weights only
             name += f".w{trigger.fingerprint}"
         env_config, components = self._with_overrides(env)
-        if mode is not None:
-            trigger = FixedModeTrigger(trigger, list(env_config.query_modes).index(mode), mode)
-            querygen = True
-        if querygen:
-            env_config = env_config.replace(querygen=True)
+        env_config, trigger = evaluated_setup(env_config, trigger, mode, querygen)
         return evaluate_policy(trigger, env_config, list(questions), batch_size=self.cfg.batch_size,
                                components=components, return_episodes=True,
                                jsonl_path=self.out / "per_question" / split / f"{name}.jsonl",
                                progress=f"{split} {tag or trigger.name}")
+
+
+def evaluated_setup(env_config: EnvConfig, trigger, mode: str | None = None, querygen: bool = False):
+    """``(env config, trigger)`` as the benchmark runs a trigger: with a fixed query ``mode`` the trigger is wrapped
+    to retrieve with it and the env takes QueryGen actions; with ``querygen`` the env takes them from the policy."""
+    from policies.triggers import FixedModeTrigger
+
+    if mode is not None:
+        trigger = FixedModeTrigger(trigger, list(env_config.query_modes).index(mode), mode)
+        querygen = True
+    if querygen:
+        env_config = env_config.replace(querygen=True)
+    return env_config, trigger
+
+
+def evaluated_policy(out_dir: str | Path, method: str, config: str | Path | None = None):
+    """What the benchmark at ``out_dir`` evaluated on test for ``method``: ``(env config, trigger, batch size)`` —
+    the snapshot ``select_on_dev`` chose, the threshold and query mode calibrated on dev, as ``summary.json``
+    records them, in the env the method ran in (the bench env with its overrides and λ). Running the trigger
+    in that env config (``kairos.Pipeline.from_bench``) repeats the benchmark's decisions.
+
+    Args:
+        out_dir: the benchmark's output directory (``summary.json``, and ``config.json``, which ``run_bench``
+            writes).
+        method: a method name of the benchmark.
+        config: the benchmark's YAML, for an output directory written before ``config.json`` was.
+
+    Raises:
+        FileNotFoundError: no finished benchmark at ``out_dir``, or no config (naming what to pass).
+        ValueError: an unknown or skipped method, or one an application cannot run (Random, the oracles).
+    """
+    import dataclasses
+
+    out = Path(out_dir)
+    if not (out / "summary.json").is_file():
+        raise FileNotFoundError(f"no finished benchmark at {out} (summary.json missing); run `kairos bench policies "
+                                f"--config …` (or `kairos quickstart`, whose benchmark is runs/quickstart/bench)")
+    if config is not None:
+        cfg = BenchConfig.from_dict(read_yaml_mapping(config), where=str(config))
+    elif (out / "config.json").is_file():
+        cfg = BenchConfig.from_dict(json.loads((out / "config.json").read_text()), where=str(out / "config.json"))
+    else:
+        raise FileNotFoundError(f"{out}: the benchmark records no config.json (written before it was recorded); pass "
+                                "the benchmark's YAML (config=…, `--bench-config`), e.g. configs/bench_microworld.yaml")
+    summary = json.loads((out / "summary.json").read_text())
+    specs = {m.name: m for m in cfg.methods}
+    if method not in specs:
+        raise ValueError(f"benchmark {out}: no method '{method}' (methods: {', '.join(specs)})")
+    if method in summary.get("skipped", {}):
+        raise ValueError(f"benchmark {out}: method '{method}' was skipped ({summary['skipped'][method]})")
+    if method not in summary.get("methods", {}):
+        raise ValueError(f"benchmark {out}: method '{method}' has no results in summary.json")
+    m = specs[method]
+    if m.kind in ("random", "oracle", "cache_oracle"):
+        raise ValueError(f"method '{method}' (kind {m.kind}) is not a policy an application can run: Random is "
+                         "matched to another method's rate over seeds, the oracles read gold labels; pick a trigger "
+                         "or a learned method")
+    env = dict(cfg.env)
+    env["costs"] = {**(env.get("costs") or {}), "retrieval_calls": cfg.lambda_retrieval}  # as Runner builds it
+    env_config = EnvConfig.from_dict(env)
+    if m.env:
+        env_config = env_config.replace(**m.env)
+    calib = summary.get("calibration", {}).get(method, {})
+    mode, threshold = (m.query_mode or None), None
+    if m.kind == "threshold":
+        threshold, mode = calib["chosen"], calib.get("mode")
+    elif m.kind == "learned" and m.select_on_dev:
+        m = dataclasses.replace(m, path=calib["chosen"], select_on_dev=False)
+    elif m.kind == "learned" and m.calibrate:
+        threshold = calib["chosen"]
+    elif m.kind == "single" and not m.query_mode:  # as _run_method: one retrieval with the question as query
+        if "question" not in env_config.query_modes:
+            env_config = env_config.replace(query_modes=list(env_config.query_modes) + ["question"])
+        mode = "question"
+    trigger = make_trigger(m, threshold=threshold)
+    env_config, trigger = evaluated_setup(env_config, trigger, mode, m.querygen and m.kind != "threshold")
+    return env_config, trigger, cfg.batch_size
 
 
 def _slug(text: str) -> str:
@@ -349,10 +421,12 @@ def runner_probe_names(cfg: BenchConfig) -> list[str]:
 
 def run_bench(cfg: BenchConfig, components=None) -> dict[str, Any]:
     """Calibrate on dev, evaluate on test, compute statistics and write the report. Returns the summary."""
+    from envs.core.io import write_json
     from eval.bench_report import write_report
 
     dev, test = parse_slice(cfg.dev, "dev"), parse_slice(cfg.test, "test")
     runner = Runner(cfg, components)
+    write_json(Path(cfg.out_dir) / "config.json", cfg.to_dict())  # what ran (evaluated_policy reads it back)
     lam = cfg.lambda_retrieval
     n_split = len(runner.components.questions)
     if max(test) >= n_split or max(dev) >= n_split:
