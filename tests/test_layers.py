@@ -11,6 +11,9 @@
     train       REINFORCE, curricula, warm start, the `python -m train` entry
         ↑
     eval        benchmarks, statistics, reports, the `kairos` CLI
+        ↑
+    kairos      the public facade (Pipeline, the registries, `kairos answer`): it may import every layer, and
+                nothing imports it (the CLI names its command by a registry string)
 
 A module may import its own layer and the ones below it, never one above; no import cycle between modules. Every
 import statement counts, lazy ones inside functions included. A lower layer names a plug-in of a higher one only by
@@ -27,8 +30,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("envs", "agents", "policies", "train", "eval")
-LAYERS = ("envs.core", "agents", "envs", "policies", "train", "eval")
+PACKAGES = ("envs", "agents", "policies", "train", "eval", "kairos")
+LAYERS = ("envs.core", "agents", "envs", "policies", "train", "eval", "kairos")
 #: the foundation layer is one folder: every module whose dotted name starts with it
 FOUNDATION = "envs.core"
 
@@ -144,6 +147,23 @@ def test_importing_envs_then_gymnasium_registers_the_ids():
             "print(sorted(k for k in gym.registry if k.startswith('kairos/')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert "kairos/MicroWorld-v0" in out.stdout and "kairos/RetrievalTiming-v0" in out.stdout, out.stdout + out.stderr
+
+
+def test_nothing_imports_the_facade():
+    """``kairos`` is the top: a facade over the other packages, never a dependency of them."""
+    into = sorted({a for a, b, _ in import_edges(modules()) if layer_of(b) == "kairos" and layer_of(a) != "kairos"})
+    assert not into, f"modules importing the kairos facade: {into}"
+    assert "kairos.pipeline" in modules()
+
+
+def test_importing_kairos_is_fast():
+    """``import kairos`` imports no torch, gymnasium or ray (its names load on first use)."""
+    import subprocess
+
+    code = ("import sys, kairos; print(sorted(m for m in ('torch', 'gymnasium', 'ray', 'envs', 'eval') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
 def test_no_upward_import():

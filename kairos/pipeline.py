@@ -1,0 +1,529 @@
+"""``kairos.Pipeline``: a trained retrieval policy — or any fixed trigger — answering your questions over your
+knowledge, with the full trace of every decision.
+
+The pipeline drives the env's own decision loop (:func:`envs.rollout.run_episodes`, which the benchmark's
+evaluation runs too) on an ungraded task of your questions (:class:`envs.ungraded.UngradedTask`: no gold answers,
+so no quality and a reward of costs alone). Built from
+
+* an exported policy directory (:meth:`Pipeline.from_policy`: it records the env it was trained in — reasoner,
+  signals, query modes);
+* what a benchmark evaluated (:meth:`Pipeline.from_bench`: the snapshot selected on dev, the calibrated
+  threshold and query mode — e.g. the quickstart's ``learned[QueryGen](λ=0.1)`` row);
+* any policy or trigger and an env config (``Pipeline(policy, env_config)``: ``"never"``, ``"always"``,
+  ``"minprob<0.3"``, a :class:`~policies.triggers.Trigger`, an export directory),
+
+with overrides for the reasoner (``micro``, ``hf``, ``openai`` — any registered backend and its options) and the
+knowledge source (a prebuilt index, a corpus file, passages in memory; :func:`envs.ungraded.knowledge_config`).
+
+:meth:`Pipeline.answer` / :meth:`Pipeline.answer_many` return :class:`Answer` objects (plain data:
+``Answer.to_dict()`` is JSON); :meth:`Pipeline.stream` yields the same trace step by step as JSON-ready events,
+as the loop makes them (what a server streams). Not thread-safe: a server runs one pipeline per worker.
+
+Example:
+    >>> p = Pipeline("never", {"reasoner": "micro", "rsus_components": ["ent"]})   # doctest: +SKIP
+    >>> a = p.answer("Which city was Teimshox 's mother born in ?")                 # doctest: +SKIP
+    >>> a.answer, a.calls, [s.retrieve for s in a.steps]                           # doctest: +SKIP
+    ('Kasford', 0, [False, False, False])
+    >>> learned = Pipeline.from_policy("runs/quickstart/train/policy_trigger")     # doctest: +SKIP
+    >>> learned.answer("Which company does Teimshox 's mother 's father work for ?").to_dict()  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+#: a threshold trigger written inline: ``SIGNAL<τ`` (retrieve below) or ``SIGNAL>τ`` (above)
+THRESHOLD_SPEC = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*([<>])\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*$")
+POLICY_HELP = ("an exported policy directory (spec.json + weights.pt, e.g. runs/quickstart/train/policy_trigger — "
+               "`kairos quickstart` or `kairos train --config …` writes one), a trigger name (never, always, single) "
+               "or a threshold trigger 'SIGNAL<τ' / 'SIGNAL>τ' (e.g. 'minprob<0.3')")
+
+
+# ----------------------------------------------------------------------------------------- the trace
+@dataclass
+class TracePassage:
+    """A passage the retriever ranked for a step's query: its id, title, text and score; ``injected``: put in
+    front of the regenerated step."""
+
+    id: str
+    title: str
+    text: str
+    score: float
+    injected: bool = False
+
+
+@dataclass
+class TraceStep:
+    """One decision: the step it was about, what the policy decided and why, what was retrieved, what it cost.
+
+    Attributes:
+        index: the decision's number in the episode (1-based).
+        step_index: the reasoning step it is about (1-based; a step regenerated and decided again keeps it).
+        text: the step as generated (before any evidence for it).
+        is_answer: the step is the answer line.
+        signals: the step's scalar signals (``info["signals"]``: minprob, ppl, rsus, probe scores …).
+        masked_signals: signals the env could not compute at this step.
+        action: the action the policy returned (``0``/``1``, or ``[retrieve, mode index]``).
+        retrieve: the policy's decision: retrieve (and regenerate the step) or go on.
+        capped: a retrieval the env's caps turned into going on (``max_retrievals_per_step`` / ``…_question``).
+        retrieved: a retrieval happened.
+        probability: π(retrieve) of a learned policy (``None`` for a trigger without one).
+        threshold: the threshold the decision compared with (a learned policy's or a signal trigger's).
+        details: everything else the policy explained (a trigger's signal value, a QueryGen head's mode
+            probabilities).
+        query: the retrieval's query.
+        query_mode: the query formulation it used (an ``EnvConfig.query_modes`` name).
+        passages: the retriever's top-k for the query, best first (``injected`` marks the evidence used).
+        regenerated: the step's text after the evidence (``None``: not regenerated).
+        refined: SeaKR's self-aware refinement: which step stood (``original`` | ``augmented``; ``None``: off).
+        tokens: tokens the decision cost (generated + injected: the regeneration and the next step).
+        seconds: the env's measured generation seconds of those (a cached step: as recorded).
+        reward: the decision's reward (``−Σ λ·cost``; nothing scores an ungraded answer).
+        costs: the decision's raw costs by name.
+    """
+
+    index: int
+    step_index: int
+    text: str
+    is_answer: bool
+    signals: dict[str, float]
+    masked_signals: list[str]
+    action: Any
+    retrieve: bool
+    capped: bool
+    retrieved: bool
+    probability: float | None
+    threshold: float | None
+    details: dict[str, Any]
+    query: str | None
+    query_mode: str | None
+    passages: list[TracePassage]
+    regenerated: str | None
+    refined: str | None
+    tokens: int
+    seconds: float
+    reward: float
+    costs: dict[str, float]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-serialisable data (non-finite numbers as ``None``)."""
+        return _plain(asdict(self))
+
+
+@dataclass
+class Answer:
+    """A question's answer and its trace.
+
+    Attributes:
+        question: the question as asked.
+        question_id: its id (a hash of the text; the trajectory cache keys its steps by it).
+        answer: the final answer's content (``None``: no usable answer).
+        answer_line: the last line as the reasoner wrote it (e.g. ``Answer : Kasford``).
+        answer_status: ``answered`` | ``closed`` (asked for the answer at the end: ``EnvConfig.answer_closing``)
+            | ``none``.
+        calls: retrieval calls.
+        steps: one :class:`TraceStep` per decision.
+        tokens: tokens in all (generated + injected).
+        seconds: the env's measured generation seconds in all (cached steps: as recorded).
+        wall_seconds: wall time until the answer (its batch generates together).
+        truncated: the chain reached ``max_steps``.
+        cost: ``Σ λ·cost`` of the episode (the env config's λ).
+        policy: the policy's name.
+    """
+
+    question: str
+    question_id: str
+    answer: str | None
+    answer_line: str | None
+    answer_status: str | None
+    calls: int
+    steps: list[TraceStep] = field(default_factory=list)
+    tokens: int = 0
+    seconds: float = 0.0
+    wall_seconds: float = 0.0
+    truncated: bool = False
+    cost: float = 0.0
+    policy: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-serialisable data (non-finite numbers as ``None``); :meth:`from_dict` reads it back."""
+        return _plain(asdict(self))
+
+    def to_json(self, **kw: Any) -> str:
+        """:meth:`to_dict` as strict JSON."""
+        return json.dumps(self.to_dict(), allow_nan=False, **kw)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Answer:
+        """The :class:`Answer` of :meth:`to_dict`'s data."""
+        steps = [TraceStep(**{**s, "passages": [TracePassage(**p) for p in s["passages"]]}) for s in d["steps"]]
+        return cls(**{**d, "steps": steps})
+
+
+def _plain(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    if hasattr(x, "item") and not isinstance(x, (str, bytes)):  # numpy scalars
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+# ----------------------------------------------------------------------------------------- policies
+def load_policy(policy: Any, threshold: float | None = None, name: str | None = None):
+    """A policy an env can run, from ``policy``: a trigger or learned policy object (as it is), a
+    :class:`~policies.rl.net.PolicyNet`, an exported policy directory, a trigger name registered in
+    :data:`policies.triggers.TRIGGERS` (``never``, ``always``, ``single``, ``random`` needs ``p``: use the
+    object) or ``'SIGNAL<τ'`` / ``'SIGNAL>τ'`` (a :class:`~policies.triggers.ThresholdTrigger`).
+
+    Args:
+        threshold: a learned policy's retrieve-probability threshold (default 0.5, the greedy policy).
+        name: a display name.
+
+    Raises:
+        FileNotFoundError: a path that holds no exported policy (naming what to pass).
+
+    Example:
+        >>> load_policy("minprob<0.3").describe()
+        'minprob<0.3: retrieve when minprob < 0.3'
+        >>> load_policy("always").name
+        'IRCoT'
+    """
+    from policies.rl.export import LearnedTrigger
+    from policies.triggers import TRIGGERS
+
+    if isinstance(policy, (str, Path)):
+        text = str(policy)
+        m = THRESHOLD_SPEC.match(text)
+        if m and not Path(text).exists():
+            t = TRIGGERS.make("threshold", m.group(1), float(m.group(3)), "below" if m.group(2) == "<" else "above",
+                              name=name or text.strip())
+        elif text in TRIGGERS.names() and not Path(text).exists():
+            if text == "oracle":
+                raise ValueError(f"policy 'oracle': the label oracle reads gold step labels, which user questions do "
+                                 f"not have; give {POLICY_HELP}")
+            if text in ("random", "threshold", "fixed_mode"):
+                raise ValueError(f"policy '{text}': this trigger takes arguments (pass the trigger object, e.g. "
+                                 f"TRIGGERS.make('{text}', …)); or give {POLICY_HELP}")
+            t = TRIGGERS.make(text)
+        else:
+            path = Path(text).expanduser()
+            if not (path / "spec.json").is_file():
+                what = "a directory without spec.json" if path.is_dir() else "no such directory"
+                raise FileNotFoundError(f"no exported policy at {path} ({what}); give {POLICY_HELP}")
+            return LearnedTrigger.load(path, name=name, threshold=0.5 if threshold is None else float(threshold))
+        return t
+    from policies.rl.net import PolicyNet
+
+    if isinstance(policy, PolicyNet):
+        return LearnedTrigger(policy, name=name or "learned", threshold=0.5 if threshold is None else float(threshold))
+    if not callable(getattr(policy, "decide", None)):
+        raise TypeError(f"policy: need a trigger (decide/reset), a PolicyNet or {POLICY_HELP}; got {type(policy)}")
+    if threshold is not None and isinstance(policy, LearnedTrigger):
+        policy.threshold = float(threshold)
+    return policy
+
+
+def _takes_mode(policy: Any) -> bool:
+    """Whether a policy's actions are ``(retrieve, mode)`` (the env then runs with QueryGen actions)."""
+    from policies.triggers import FixedModeTrigger
+
+    return isinstance(policy, FixedModeTrigger) or bool(getattr(policy, "querygen", False))
+
+
+def policy_env_config(path: str | Path) -> dict[str, Any]:
+    """The env config an exported policy was trained in: ``spec.json``'s ``env_config``, else (exports written
+    before it was recorded) the training run's ``config.json`` next to the export (``<run>/policy``,
+    ``<run>/snapshots/iter_N``, ``<run>/warmstart/policy``).
+
+    Raises:
+        ValueError: neither is there (naming what to pass).
+    """
+    path = Path(path)
+    meta = json.loads((path / "spec.json").read_text())
+    if meta.get("env_config"):
+        return dict(meta["env_config"])
+    for run in (path.parent, path.parent.parent):
+        cfg_file = run / "config.json"
+        if cfg_file.is_file():
+            data = json.loads(cfg_file.read_text())
+            if isinstance(data.get("env_config"), dict):
+                from train.config import TrainConfig
+                from train.run import policy_env_config as train_env
+
+                env = train_env(TrainConfig.from_dict(data, where=str(cfg_file)))
+                if env is not None:
+                    log.info("%s records no env config: using its run's %s", path, cfg_file)
+                    return env
+    raise ValueError(f"policy {path} records no env config (exported before spec.json recorded it) and no training "
+                     "run's config.json is next to it: pass the env it was trained in — env_config= (CLI: "
+                     "--env-config YAML: the training YAML, e.g. configs/train_microworld_querygen_2modes.yaml)")
+
+
+def read_env_config(path: str | Path) -> dict[str, Any]:
+    """Env settings from a YAML file: a training config (its preset under ``env_config``), a benchmark config
+    (its ``env``) or an env config itself."""
+    from envs.core.config import read_yaml_mapping
+
+    data = read_yaml_mapping(path)
+    if isinstance(data.get("env_config"), dict):
+        from envs.registration import PRESETS
+
+        preset = data.get("env", "microworld")
+        return {**PRESETS.get(preset, {}), **data["env_config"]}
+    if isinstance(data.get("env"), dict):
+        return dict(data["env"])
+    return dict(data)
+
+
+# ----------------------------------------------------------------------------------------- the pipeline
+class Pipeline:
+    """A policy answering questions over a knowledge source through the env's own decision loop.
+
+    Args:
+        policy: see :func:`load_policy` (a learned policy, a trigger object, a directory, ``"never"``,
+            ``"minprob<0.3"`` …).
+        env_config: the env it runs in (an :class:`~envs.env_config.EnvConfig` or a dict of its fields): reasoner,
+            signals, probes, query modes, caps, λ. Default: the learned policy's own (:func:`policy_env_config`),
+            else the defaults (the micro-world reasoner). Its task becomes ``questions`` (ungraded); QueryGen
+            actions follow the policy.
+        knowledge: the knowledge source — an index directory, a corpus file or spec, or passages in memory
+            (:func:`envs.ungraded.knowledge_config`); default: the env config's own (the micro-world reasoner:
+            its world's facts).
+        index: a prebuilt index directory (``knowledge`` is then the corpus it is checked against).
+        reasoner: another reasoner backend (``micro``, ``hf``, ``openai``; any registered name) ...
+        reasoner_options: ... and its options (e.g. ``{"base_url": …, "model": …}``; with a new backend they
+            replace the config's).
+        query_mode: retrieve with this query formulation (a trigger's fixed mode; a name in ``query_modes``).
+        threshold: a learned policy's retrieve-probability threshold.
+        batch_size: questions in flight at once (one batched generation per round).
+        cache_path: a trajectory-cache SQLite file (default: in memory) — repeated questions replay from it.
+
+    Raises:
+        ValueError: a learned policy whose observation fields this env does not produce (another reasoner's
+            hidden sizes, other signals), naming the fields.
+    """
+
+    def __init__(self, policy: Any, env_config: Any = None, *, knowledge: Any = None, index: str | Path | None = None,
+                 reasoner: str | None = None, reasoner_options: dict[str, Any] | None = None,
+                 query_mode: str | None = None, threshold: float | None = None, batch_size: int = 16,
+                 cache_path: str | Path | None = None):
+        from envs.env_config import EnvConfig
+        from envs.ungraded import UngradedTask, knowledge_config, ungraded_components
+
+        if batch_size < 1:
+            raise ValueError(f"Pipeline: batch_size must be >= 1, got {batch_size}")
+        policy = load_policy(policy, threshold=threshold)
+        if env_config is None:
+            env_config = getattr(policy, "env_config", None) or {}
+        base = env_config.to_dict() if isinstance(env_config, EnvConfig) else dict(env_config)
+        if reasoner is not None and reasoner != base.get("reasoner"):
+            base["reasoner"], base["reasoner_options"] = reasoner, {}
+        if reasoner_options is not None:
+            base["reasoner_options"] = dict(reasoner_options)
+        # an application's env: its questions (ungraded), nothing of the training or benchmark run's plumbing
+        base.update(task="questions", data_path=None, max_questions=None, fact_holdout={}, split="train",
+                    cache_path=None if cache_path is None else str(cache_path), cache_service=None,
+                    reasoner_service=None, retriever_service=None)
+        config = EnvConfig.from_dict(base, where="Pipeline.env_config")
+        if query_mode is not None:
+            from policies.triggers import FixedModeTrigger
+
+            if query_mode not in config.query_modes:
+                raise ValueError(f"Pipeline: query_mode '{query_mode}' is not one of the env's query_modes "
+                                 f"{list(config.query_modes)}")
+            policy = FixedModeTrigger(policy, list(config.query_modes).index(query_mode), query_mode)
+        config = config.replace(querygen=_takes_mode(policy))
+        config, corpus = knowledge_config(config, knowledge, index)
+        self.policy = policy
+        self.env_config = config
+        self.batch_size = int(batch_size)
+        self.task = UngradedTask()
+        self.components = ungraded_components(config, self.task, corpus)
+        self._venv = None
+        self._search_memo: dict[tuple[str, int], list] = {}
+        self._check_fits()
+
+    # -------------------------------------------------------------- constructors
+    @classmethod
+    def from_policy(cls, path: str | Path, *, env_config: Any = None, **kw: Any) -> Pipeline:
+        """The exported policy at ``path`` in the env it was trained in (:func:`policy_env_config`; or
+        ``env_config``), with the overrides of the constructor (``knowledge``, ``reasoner`` …)."""
+        policy = load_policy(path, threshold=kw.pop("threshold", None))
+        return cls(policy, env_config if env_config is not None else policy_env_config(path), **kw)
+
+    @classmethod
+    def from_bench(cls, out_dir: str | Path, method: str, *, config: str | Path | None = None, **kw: Any) -> Pipeline:
+        """Exactly what the benchmark at ``out_dir`` evaluated on test for ``method`` — the snapshot selected on
+        dev, the calibrated threshold and query mode, the method's env and λ (:func:`eval.bench_policies.
+        evaluated_policy`) — with the constructor's overrides (``knowledge``, ``reasoner`` …; ``batch_size``
+        defaults to the benchmark's). Over the benchmark's questions it makes the benchmark's decisions.
+
+        Args:
+            config: the benchmark's YAML, for an output directory written before it recorded its config.
+        """
+        from eval.bench_policies import evaluated_policy
+
+        env_config, trigger, batch_size = evaluated_policy(out_dir, method, config)
+        kw.setdefault("batch_size", batch_size)
+        return cls(trigger, env_config, **kw)
+
+    def with_policy(self, policy: Any, query_mode: str | None = None, threshold: float | None = None) -> Pipeline:
+        """Another policy on this pipeline's reasoner, retriever and cache (nothing is loaded again): compare
+        policies on the same questions."""
+        from policies.triggers import FixedModeTrigger
+
+        other = object.__new__(Pipeline)
+        policy = load_policy(policy, threshold=threshold)
+        if query_mode is not None:
+            policy = FixedModeTrigger(policy, list(self.env_config.query_modes).index(query_mode), query_mode)
+        other.policy, other.batch_size, other.task, other.components = policy, self.batch_size, self.task, \
+            self.components
+        other.env_config = self.env_config.replace(querygen=_takes_mode(policy))
+        other._venv, other._search_memo = None, self._search_memo
+        other._check_fits()
+        return other
+
+    # -------------------------------------------------------------- answering
+    def answer(self, question: str) -> Answer:
+        """The answer to one question, with its trace."""
+        return self.answer_many([question])[0]
+
+    def answer_many(self, questions: Iterable[str]) -> list[Answer]:
+        """Answers to many questions, in order — ``batch_size`` at a time through the env's batched loop."""
+        out: dict[int, Answer] = {}
+        for i, _, ans in self._run(questions):
+            if ans is not None:
+                out[i] = ans
+        return [out[i] for i in sorted(out)]
+
+    def stream(self, questions: Iterable[str]) -> Iterator[dict[str, Any]]:
+        """The trace as it is made, as JSON-ready events: ``{"event": "step", "question_index", "question_id",
+        "step": TraceStep.to_dict()}`` after each decision, and ``{"event": "answer", "question_index", "answer":
+        Answer.to_dict()}`` when a question is done (what a server streams)."""
+        for i, step, ans in self._run(questions):
+            yield {"event": "step", "question_index": i, "question_id": self.task.questions[i].id,
+                   "step": step.to_dict()}
+            if ans is not None:
+                yield {"event": "answer", "question_index": i, "answer": ans.to_dict()}
+
+    def _run(self, questions: Iterable[str]) -> Iterator[tuple[int, TraceStep, Answer | None]]:
+        """``(question index, step, answer when the question is done)`` per decision, from the shared loop."""
+        from envs.rollout import run_episodes
+
+        self.task.set_questions(list(questions))
+        n = len(self.task.questions)
+        if not n:
+            return
+        steps: dict[int, list[TraceStep]] = {}
+        for ev in run_episodes(self.venv.envs, self.policy, list(range(n))):
+            step = self._trace_step(ev)
+            steps.setdefault(ev.question_index, []).append(step)
+            ans = self._answer(ev, steps.pop(ev.question_index)) if ev.done else None
+            yield ev.question_index, step, ans
+
+    @property
+    def venv(self):
+        """The env copies (built on first use; ``batch_size`` of them sharing the components)."""
+        if self._venv is None:
+            from envs.vector import BatchedRetrievalEnv
+
+            self._venv = BatchedRetrievalEnv(self.batch_size, self.env_config, components=self.components)
+        return self._venv
+
+    # -------------------------------------------------------------- the trace
+    def _trace_step(self, ev) -> TraceStep:
+        info, nxt, d = ev.info, ev.next_info, dict(ev.details)
+        a = ev.action
+        retrieve, mode = (int(a[0]), int(a[1])) if isinstance(a, (tuple, list)) else (int(a), 0)
+        capped = bool(nxt.get("capped"))
+        retrieved = bool(retrieve) and not capped
+        query = nxt.get("query") if retrieved else None
+        passages = []
+        if query is not None:
+            injected = set(nxt.get("passage_ids") or [])
+            passages = [TracePassage(p.id, p.title, p.text, float(p.score), p.id in injected)
+                        for p in self._search(query)]
+        return TraceStep(
+            index=ev.decision, step_index=int(info["step_index"]), text=info["step_text"],
+            is_answer=bool(info["is_answer"]), signals=dict(info.get("signals") or {}),
+            masked_signals=list(info.get("masked_signals") or []), action=_plain(a), retrieve=bool(retrieve),
+            capped=capped, retrieved=retrieved, probability=d.pop("probability", None),
+            threshold=d.pop("threshold", None), details=_plain(d), query=query,
+            query_mode=self.env_config.query_modes[mode] if retrieved else None, passages=passages,
+            regenerated=nxt.get("regenerated_step") if retrieved else None, refined=nxt.get("refined"),
+            tokens=int(nxt.get("tokens", 0)) - int(info.get("tokens", 0)),
+            seconds=round(float(nxt.get("seconds", 0.0)) - float(info.get("seconds", 0.0)), 6),
+            reward=float(ev.reward), costs=dict(nxt.get("costs") or {}))
+
+    def _answer(self, ev, steps: list[TraceStep]) -> Answer:
+        info = ev.next_info
+        q = self.task.questions[ev.question_index]
+        return Answer(question=q.text, question_id=q.id, answer=info.get("answer_content"),
+                      answer_line=info.get("answer"), answer_status=info.get("answer_status"),
+                      calls=int(info["retrievals"]), steps=steps, tokens=int(info.get("tokens", 0)),
+                      seconds=float(info.get("seconds", 0.0)), wall_seconds=round(ev.wall_seconds, 6),
+                      truncated=bool(ev.truncated and not ev.terminated), cost=-float(ev.episode_return),
+                      policy=str(getattr(self.policy, "name", type(self.policy).__name__)))
+
+    def _search(self, query: str) -> list:
+        """The retriever's top-k for a query (the env keeps ids only; the ranking is deterministic, so this is the
+        list the env chose from). Memoised."""
+        k = self.env_config.top_k
+        key = (query, k)
+        if key not in self._search_memo:
+            if len(self._search_memo) > 4096:
+                self._search_memo.clear()
+            self._search_memo[key] = self.components.retriever.search([query], k=k)[0]
+        return self._search_memo[key]
+
+    def _check_fits(self) -> None:
+        """A learned policy reads observation fields of fixed sizes: this env must produce each of them."""
+        net = getattr(self.policy, "net", None) or getattr(getattr(self.policy, "trigger", None), "net", None)
+        if net is None:
+            return
+        space = self.venv.single_observation_space
+        have = {k: int(math.prod(s.shape)) if s.shape else 1 for k, s in space.spaces.items()}
+        bad = [f"{k} ({n} numbers; this env: {have.get(k, 'none')})" for k, n in net.spec.fields.items()
+               if have.get(k) != n]
+        if bad:
+            raise ValueError(f"policy '{getattr(self.policy, 'name', 'learned')}' reads observation fields this env "
+                             f"does not produce alike: {', '.join(bad)}. A learned policy runs on the reasoner and "
+                             f"signals it was trained with (reasoner '{self.env_config.reasoner}', signals "
+                             f"{list(self.env_config.signals)} here); use a trigger, or train on this reasoner")
+
+    def describe(self) -> dict[str, Any]:
+        """What runs: the policy, reasoner, retriever and its corpus, signals and query modes."""
+        c = self.components
+        return {"policy": getattr(self.policy, "describe", lambda: str(self.policy))(),
+                "reasoner": self.env_config.reasoner, "retriever": self.env_config.retriever,
+                "index": self.env_config.index_path, "passages": len(c.retriever),
+                "signals": list(self.env_config.signals), "query_modes": list(self.env_config.query_modes),
+                "querygen": self.env_config.querygen, "costs": dict(self.env_config.costs)}
+
+    def close(self) -> None:
+        """Close the env copies (and the trajectory cache)."""
+        if self._venv is not None:
+            self._venv.close()
+            self._venv = None
+
+    def __enter__(self) -> Pipeline:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+__all__ = ["Answer", "Pipeline", "TracePassage", "TraceStep", "load_policy", "policy_env_config", "read_env_config"]
