@@ -324,10 +324,12 @@ class Runner:
             name += f".w{trigger.fingerprint}"
         env_config, components = self._with_overrides(env)
         env_config, trigger = evaluated_setup(env_config, trigger, mode, querygen)
-        return evaluate_policy(trigger, env_config, list(questions), batch_size=self.cfg.batch_size,
-                               components=components, return_episodes=True,
-                               jsonl_path=self.out / "per_question" / split / f"{name}.jsonl",
-                               progress=f"{split} {tag or trigger.name}")
+        jsonl = self.out / "per_question" / split / f"{name}.jsonl"
+        res = evaluate_policy(trigger, env_config, list(questions), batch_size=self.cfg.batch_size,
+                              components=components, return_episodes=True, jsonl_path=jsonl,
+                              progress=f"{split} {tag or trigger.name}")
+        res["per_question"] = str(jsonl)  # (the summary names each method's file: its decisions, answers)
+        return res
 
 
 def evaluated_setup(env_config: EnvConfig, trigger, mode: str | None = None, querygen: bool = False):
@@ -687,7 +689,7 @@ def summarize(cfg: BenchConfig, runner: Runner, results: dict[str, dict], calib:
             "dev_reward": calib.get(name, {}).get("dev_reward"),
             # the task's answer metrics (F1 and EM; lenient and strict accuracy) and how the episodes ended
             "metrics": r.get("metrics"), "no_answer_share": r.get("no_answer_share"),
-            "closed_share": r.get("closed_share"),
+            "closed_share": r.get("closed_share"), "per_question": r.get("per_question"),
         }
         if m.kind == "random":
             methods[name]["p"] = r["p"]

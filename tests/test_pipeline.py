@@ -209,15 +209,15 @@ def test_in_memory_passages_and_a_corpus_file(tmp_path, never):
     assert p.describe()["passages"] == 3
 
 
-@needs_world
-def test_from_bench_repeats_what_the_benchmark_evaluated(tmp_path, world_questions):
-    """The learned row selected on dev among snapshots (QueryGen head), a threshold calibrated on dev with its
-    query mode: the pipeline over the benchmark's test questions makes its decisions and answers."""
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory):
+    """A benchmark on the shipped world: CoT, FLARE with its query mode calibrated on dev, and a learned QueryGen
+    policy selected on dev among its run's snapshots."""
     import shutil
 
     from eval.bench_policies import BenchConfig, run_bench
-    from kairos import Pipeline
 
+    tmp_path = tmp_path_factory.mktemp("bench")
     policy = _export(tmp_path / "run", name="policy")
     shutil.copytree(_export(tmp_path / "other", name="policy"), tmp_path / "run" / "snapshots" / "iter_0001")
     env = {**ENV, "cache_path": str(tmp_path / "cache.sqlite")}
@@ -229,17 +229,22 @@ def test_from_bench_repeats_what_the_benchmark_evaluated(tmp_path, world_questio
     cfg = BenchConfig.from_dict({"name": "t", "out_dir": str(tmp_path / "bench"), "env": env, "dev": "0:4",
                                  "test": "4:12", "n_resamples": 200, "methods": methods, "test_curves": False,
                                  "batch_size": 4})
-    s = run_bench(cfg)
+    return tmp_path / "bench", run_bench(cfg), policy
+
+
+@needs_world
+def test_from_bench_repeats_what_the_benchmark_evaluated(bench, world_questions, tmp_path):
+    """The learned row selected on dev among snapshots (QueryGen head), a threshold calibrated on dev with its
+    query mode: the pipeline over the benchmark's test questions makes its decisions and answers."""
+    from eval.bench_policies import evaluated_policy
+    from kairos import Pipeline
+
+    out, s, policy = bench
     test = world_questions[4:12]
     for name in ("learned", "FLARE[q: dev]"):
-        rows = {}
-        for f in (tmp_path / "bench" / "per_question" / "test").glob(f"{name.split('[')[0]}*.jsonl"):
-            for line in f.read_text().splitlines():
-                r = json.loads(line)
-                rows.setdefault(f.name, []).append(r)
-        assert len(rows) == 1, rows.keys()  # the one configuration evaluated on test
-        ref = sorted(next(iter(rows.values())), key=lambda r: r["question_index"])
-        p = Pipeline.from_bench(tmp_path / "bench", name)
+        ref = sorted((json.loads(x) for x in open(s["methods"][name]["per_question"]).read().splitlines()),
+                     key=lambda r: r["question_index"])  # the configuration evaluated on test
+        p = Pipeline.from_bench(out, name)
         assert p.batch_size == 4
         got = p.answer_many(test)
         assert [_pipe_view(a) for a in got] == [_bench_view(r) for r in ref], name
@@ -247,15 +252,13 @@ def test_from_bench_repeats_what_the_benchmark_evaluated(tmp_path, world_questio
         if name == "learned":
             steps = [x for a in got for x in a.steps]
             assert {x.retrieved for x in steps} == {True, False} and len({x.query_mode for x in steps}) == 3
-            assert s["calibration"]["learned"]["chosen"] in (str(policy), str(tmp_path / "run" / "snapshots" /
+            assert s["calibration"]["learned"]["chosen"] in (str(policy), str(policy.parent / "snapshots" /
                                                                               "iter_0001"))
         else:
             assert p.policy.trigger.threshold == s["calibration"][name]["chosen"]
             assert p.policy.mode == s["calibration"][name]["mode"]
         p.close()
-    from eval.bench_policies import evaluated_policy
-
-    cfg2 = json.loads((tmp_path / "bench" / "config.json").read_text())
+    cfg2 = json.loads((out / "config.json").read_text())
     cfg2["methods"].append({"name": "R", "kind": "random", "p": 0.5})
     (tmp_path / "bench2").mkdir()
     (tmp_path / "bench2" / "summary.json").write_text(json.dumps({"methods": {"R": {}}, "skipped": {}}))
@@ -266,9 +269,21 @@ def test_from_bench_repeats_what_the_benchmark_evaluated(tmp_path, world_questio
     with pytest.raises(FileNotFoundError, match="records no config.json.*bench_microworld.yaml"):
         evaluated_policy(tmp_path / "bench2", "R")
     with pytest.raises(ValueError, match=r"no method 'nope' \(methods: CoT"):
-        Pipeline.from_bench(tmp_path / "bench", "nope")
+        Pipeline.from_bench(out, "nope")
     with pytest.raises(FileNotFoundError, match="no finished benchmark"):
         Pipeline.from_bench(tmp_path, "learned")
+
+
+@needs_world
+@pytest.mark.slow
+def test_the_reproduction_script_agrees(bench):
+    """``scripts/pipeline_vs_bench.py`` (what measures the target on the quickstart's benchmark) says the same."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "scripts/pipeline_vs_bench.py", "--bench", str(bench[0]), "--method",
+                        "learned"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "learned: 8/8 test questions identical" in r.stdout, r.stdout + r.stderr[-2000:]
 
 
 def test_answer_to_dict_has_no_nan():
@@ -281,3 +296,15 @@ def test_answer_to_dict_has_no_nan():
                   tokens=3, seconds=0.1, reward=0.0, costs={})
     a = Answer("q", "q-1", None, None, "none", 0, [s])
     assert a.to_dict()["steps"][0]["signals"]["minprob"] is None and json.loads(a.to_json())["answer"] is None
+
+
+def test_a_training_run_records_the_env_its_exports_come_from():
+    from envs.env_config import EnvConfig
+    from eval.quickstart import TRAIN_CONFIG
+    from train.config import TrainConfig
+    from train.run import policy_env_config
+
+    env = policy_env_config(TrainConfig.from_yaml(TRAIN_CONFIG))  # what the quickstart's exports record
+    assert env["task"] == "microworld" and env["reasoner"] == "micro" and env["querygen"]
+    assert env["query_modes"] == ["info_need", "step"] and env["signals"] == ["pulse", "output", "rsus", "content"]
+    assert EnvConfig.from_dict(env).to_dict() == env
