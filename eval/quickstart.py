@@ -82,6 +82,9 @@ def run(args) -> int:
     write_text(out / "report.md", text)
     print(text)
     print(f"\nreport: {(out / 'report.md').resolve()}\nhtml:   {(out / 'bench' / 'report.html').resolve()}")
+    learned = [m.name for m in bcfg.methods if m.kind == "learned" and m.select_on_dev]
+    if learned:  # the policy in an application: exactly what the benchmark evaluated (kairos.Pipeline.from_bench)
+        print(f"use it: kairos answer --bench {out / 'bench'} --method '{learned[-1]}' \"QUESTION\"")
     return 0
 
 
