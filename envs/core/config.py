@@ -14,13 +14,18 @@ Example:
     >>> Demo.from_dict({"lrr": 0.1})
     Traceback (most recent call last):
     ...
-    envs.core.config.ConfigError: Demo: unknown config key 'lrr' (valid keys: lr)
+    envs.core.config.ConfigError: Demo: unknown config key 'lrr' (valid keys: lr); did you mean 'lr'?
+
+A nested config (a field whose type is a :class:`ConfigBase`) loads from a mapping; its errors name the whole key
+path (``TrainConfig.env_config.rsus_options: unknown config key 'n_sampels' …``).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
+import inspect
 import json
 import types
 import typing
@@ -51,6 +56,9 @@ def _coerce(name: str, tp: Any, value: Any, where: str) -> Any:
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
+        members = [a for a in args if a is not type(None)]
+        if len(members) == 1:  # Optional[X]: X's own error (a nested config's names its key path)
+            return _coerce(name, members[0], value, where)
         errors = []
         for a in args:
             if a is type(None):
@@ -107,6 +115,33 @@ def _coerce(name: str, tp: Any, value: Any, where: str) -> Any:
     return value
 
 
+def unknown_key_error(where: str, key: Any, valid: typing.Iterable[str]) -> ConfigError:
+    """The error of a key that is not one of ``valid``: names it, lists the valid keys and suggests the closest."""
+    valid = sorted(valid)
+    close = difflib.get_close_matches(str(key), valid, n=1)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    return ConfigError(f"{where}: unknown config key '{key}' (valid keys: {', '.join(valid)}){hint}")
+
+
+def coerce_value(name: str, tp: Any, value: Any, where: str) -> Any:
+    """``value`` coerced to annotation ``tp`` as :meth:`ConfigBase.from_dict` coerces a field (errors name
+    ``where`` and the key)."""
+    return _coerce(name, tp, value, where)
+
+
+def _plain(value: Any) -> Any:
+    """A field value as plain data: a nested config by its own ``to_dict`` (which may leave out unset keys)."""
+    if isinstance(value, ConfigBase):
+        return value.to_dict()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
 class ConfigBase:
     """Mixin for ``@dataclass`` configs: strict ``from_dict``/``from_yaml``, ``to_dict``, CLI flags."""
 
@@ -119,17 +154,19 @@ class ConfigBase:
         fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
         unknown = [k for k in data if k not in fields]
         if unknown:
-            raise ConfigError(
-                f"{where}: unknown config key '{unknown[0]}' (valid keys: {', '.join(sorted(fields))})"
-            )
+            raise unknown_key_error(where, unknown[0], fields)
+        missing = [n for n, f in fields.items() if f.init and n not in data
+                   and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        if missing:
+            raise ConfigError(f"{where}: missing config key '{missing[0]}'")
         kwargs = {k: _coerce(k, hints[k], v, where) for k, v in data.items()}
         try:
             obj = cls(**kwargs)
         except TypeError as e:
             raise ConfigError(f"{where}: {e}") from e
         validate = getattr(obj, "validate", None)
-        if callable(validate):
-            validate()
+        if callable(validate):  # a validate(where=…) names the key path its errors are about
+            validate(where=where) if "where" in inspect.signature(validate).parameters else validate()
         return obj
 
     @classmethod
@@ -141,8 +178,9 @@ class ConfigBase:
         return cls.from_dict(data, where=f"{path}" + (f":{section}" if section else ""))
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain nested dict (JSON/YAML-serialisable)."""
-        return json.loads(json.dumps(dataclasses.asdict(self), default=str))  # type: ignore[call-overload]
+        """Plain nested dict (JSON/YAML-serialisable); ``from_dict`` of it rebuilds the config."""
+        fields = dataclasses.fields(self)  # type: ignore[arg-type]
+        return json.loads(json.dumps({f.name: _plain(getattr(self, f.name)) for f in fields}, default=str))
 
     def replace(self, **changes: Any) -> typing.Self:
         """Copy with some fields changed (validated like ``from_dict``)."""
