@@ -72,6 +72,9 @@ class CacheServer:
 
 
 def check_cache_spec(spec: Any, where: str = "EnvConfig.cache_service") -> dict:
+    from envs.serving import spec_dict
+
+    spec = spec_dict(spec)
     if not isinstance(spec, dict) or set(spec) != {"name", "namespace"}:
         raise ConfigError(f"{where}: expected {{name, namespace}} as returned by "
                           f"envs.cache_service.start_cache_service, got {spec!r}")

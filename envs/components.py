@@ -232,7 +232,7 @@ def rsus_weights(config: EnvConfig) -> tuple[float, float, float]:
     ``rsus_components``. Raises when every configured component has weight 0."""
     from agents.signals.rsus import load_rsus_weights
 
-    spec = config.rsus_options.get("weights", "paper")
+    spec = config.rsus_options.weights or "paper"
     full = load_rsus_weights(spec)
     w = tuple(float(x) if c in config.rsus_components else 0.0 for x, c in zip(full, ("verb", "ent", "cons")))
     if "rsus" in config.signals and sum(w) <= 0:
@@ -260,7 +260,7 @@ def _extractor(config: EnvConfig, reasoner, n_layers: int, hidden: int, corpus_t
     names = [n for g in record_groups(config) for n in fields[g]]
     if model_side_only:
         names = [n for n in names if reads_hidden_states(n)]
-    opts = {k: v for k, v in config.rsus_options.items() if k not in ("weights", "verb_proxy")}
+    opts = config.rsus_options.rsus_config()
     w = rsus_weights(config)
     rsus_cfg = RSUSConfig(w_verb=w[0], w_ent=w[1], w_cons=w[2], seed=config.seed, **opts)
     layers = tuple(config.pulse_layers) if config.pulse_layers else None
@@ -269,8 +269,8 @@ def _extractor(config: EnvConfig, reasoner, n_layers: int, hidden: int, corpus_t
         options["pulse"] = {"layers": layers} if layers else {}
     if "rsus" in names:
         options["rsus"] = {"config": rsus_cfg, "corpus": corpus_texts, "reasoner": reasoner}
-        if config.rsus_options.get("verb_proxy"):  # U_verb from a trained proxy (a probe of kind rsus_proxy)
-            proxy = DETECTORS.make("probe", config.rsus_options["verb_proxy"], expected_model_id=model_id,
+        if config.rsus_options.verb_proxy:  # U_verb from a trained proxy (a probe of kind rsus_proxy)
+            proxy = DETECTORS.make("probe", config.rsus_options.verb_proxy, expected_model_id=model_id,
                                    expected_spec={"signal": "rsus_proxy"})
             options["rsus"]["u_verb"] = proxy
     if "eigenscore" in names:
@@ -341,11 +341,13 @@ def _namespace(kind: str, identity, config: EnvConfig) -> str:
     if not config.compress_evidence:  # off (the default): the namespace of runs made before the option existed
         outcome_fields.pop("compress_evidence", None)
         outcome_fields.pop("tau_rel", None)
-    if "weights" in config.rsus_options:  # a named weight set enters by its values (a refit changes them)
-        outcome_fields["rsus_options"] = {**config.rsus_options, "weights": list(rsus_weights(config))}
-    if config.rsus_options.get("verb_proxy"):  # the U_verb proxy enters by its weights' content, not its path
+    # (rsus_options: the keys a config sets — RSUSOptions.to_dict leaves out the unset ones, as the untyped
+    # settings did)
+    if config.rsus_options.weights is not None:  # a named weight set enters by its values (a refit changes them)
+        outcome_fields["rsus_options"] = {**config.rsus_options.to_dict(), "weights": list(rsus_weights(config))}
+    if config.rsus_options.verb_proxy:  # the U_verb proxy enters by its weights' content, not its path
         outcome_fields["rsus_options"] = {**outcome_fields["rsus_options"],
-                                          "verb_proxy": content_fingerprint(config.rsus_options["verb_proxy"])}
+                                          "verb_proxy": content_fingerprint(config.rsus_options.verb_proxy)}
     if not outcome_fields.get("rsus_options"):  # default RSUS settings: the namespace of runs before the field
         outcome_fields.pop("rsus_options", None)
     if outcome_fields.get("content_layers") is None:  # default layers (or content off): as before the field
@@ -566,7 +568,7 @@ def microworld_components(config: EnvConfig) -> Components:
         raise ValueError(f"EnvConfig.corpus {config.corpus!r}: the micro-world task searches its own world's fact "
                          "corpus (leave corpus unset)")
     world = load_artifact(config.artifact, with_model=config.reasoner_service is None)  # served: no weights here
-    task = MicroWorldTask(world, config.split, config.fact_holdout or None)
+    task = MicroWorldTask(world, config.split, config.fact_holdout)
     reasoner = build_reasoner(config, world)
     corpus = world.corpus()
     retriever, prefetcher = with_prefetch(config, env_retriever(config, corpus), world.config.world.relations)

@@ -1,14 +1,116 @@
-"""Configuration of the retrieval-timing environment (``kairos/RetrievalTiming-v0`` and its presets)."""
+"""Configuration of the retrieval-timing environment (``kairos/RetrievalTiming-v0`` and its presets).
+
+An :class:`EnvConfig` is built once, on the driver, and carried as such: :meth:`EnvConfig.from_preset` is the one
+place a preset (:data:`PRESETS`) is merged with a config's env settings; :meth:`EnvConfig.with_overrides` applies a
+partial override (:class:`EnvOverrides`, e.g. a benchmark method's ``env``). Its nested settings are typed too
+(:class:`RSUSOptions`, :class:`FactHoldout`, the service specs of :mod:`envs.serving`). Across a process boundary
+(Ray EnvRunners, warm-start workers, the reasoner service) it travels as ``to_dict()`` and is rebuilt with
+``from_dict``.
+
+Example:
+    >>> cfg = EnvConfig.from_preset("hotpotqa", {"split": "dev[0:10]"})
+    >>> cfg.reasoner, cfg.split
+    ('hf', 'dev[0:10]')
+    >>> cfg.with_overrides({"injection": "front"}).injection
+    'front'
+    >>> EnvConfig.from_dict({"rsus_options": {"n_sampels": 2}}, where="TrainConfig.env_config")
+    Traceback (most recent call last):
+    ...
+    envs.core.config.ConfigError: TrainConfig.env_config.rsus_options: unknown config key 'n_sampels' (valid keys: agreement, bm25_k, cons_only_at_markers, n_samples, verb_proxy, weights); did you mean 'n_samples'?
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+import typing
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envs.core.config import ConfigBase, ConfigError, helpf, read_yaml_mapping
+from envs.core.config import (
+    ConfigBase,
+    ConfigError,
+    coerce_value,
+    helpf,
+    read_yaml_mapping,
+    unknown_key_error,
+)
 from envs.observation import config_groups
+from envs.serving import CacheServiceSpec, ReasonerServiceSpec, RetrieverServiceSpec
 from envs.tasks import TASKS
+
+#: the env presets (Gymnasium ids ``kairos/MicroWorld-v0``, ``kairos/HotpotQA-v0``; ``TrainConfig.env``): the
+#: EnvConfig keys a preset sets under a config's own. Merged only by :meth:`EnvConfig.from_preset`.
+PRESETS: dict[str, dict[str, Any]] = {
+    "microworld": {"task": "microworld", "reasoner": "micro", "retriever": "bm25"},
+    "hotpotqa": {"task": "hotpotqa", "reasoner": "hf", "retriever": "bm25", "split": "dev"},
+}
+
+
+@dataclass
+class RSUSOptions(ConfigBase):
+    """RSUS settings of an env (``EnvConfig.rsus_options``; :class:`agents.signals.rsus.RSUSConfig` holds the
+    defaults). A key left unset (null) keeps its default and stays out of :meth:`to_dict` — the trajectory-cache
+    namespace holds the keys a config sets, as it did before these settings were typed."""
+
+    n_samples: int | None = helpf(None, "U_cons k: sampled alternatives per step (default 3)")
+    cons_only_at_markers: bool | None = helpf(None, "compute U_cons only at steps with a discourse marker "
+                                                    "(default false)")
+    agreement: str | None = helpf(None, "agreement of two sampled alternatives: jaccard | exact (default jaccard)")
+    bm25_k: int | None = helpf(None, "U_ent: corpus hits per entity (default 100)")
+    weights: str | None = helpf(None, "a weight set by name or path: paper = 0.40/0.35/0.25 (default), or one "
+                                      "fitted with `kairos train rsus-weights`; the weights follow rsus_components")
+    verb_proxy: str | None = helpf(None, "a probe directory of kind rsus_proxy: U_verb for reasoners that cannot "
+                                         "state a confidence (needs 'verb' in rsus_components)")
+
+    def validate(self, where: str = "RSUSOptions") -> None:
+        for k in ("n_samples", "bm25_k"):
+            v = getattr(self, k)
+            if v is not None and v < 1:
+                raise ConfigError(f"{where}.{k} must be an integer >= 1, got {v!r}")
+        if self.agreement not in (None, "jaccard", "exact"):
+            raise ConfigError(f"{where}.agreement must be jaccard or exact, got {self.agreement!r}")
+        if self.weights is not None:
+            from agents.signals.rsus import load_rsus_weights
+
+            try:
+                load_rsus_weights(self.weights)
+            except (FileNotFoundError, ValueError) as e:
+                raise ConfigError(f"{where}.weights: {e}") from None
+        if self.verb_proxy and not (Path(self.verb_proxy) / "probe.json").is_file():
+            raise ConfigError(f"{where}.verb_proxy: no probe at {self.verb_proxy} (train one with "
+                              "`kairos probe train --signal rsus_proxy …`)")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The keys that are set (an unset key is RSUSConfig's default)."""
+        return {k: v for k, v in super().to_dict().items() if v is not None}
+
+    def rsus_config(self) -> dict[str, Any]:
+        """The set keys that are :class:`agents.signals.rsus.RSUSConfig` fields (not the weights or the proxy)."""
+        return {k: v for k, v in self.to_dict().items() if k not in ("weights", "verb_proxy")}
+
+
+@dataclass
+class FactHoldout(ConfigBase):
+    """The micro-world's fact-disjoint condition (``EnvConfig.fact_holdout``): a seeded share of the facts held
+    out; ``keep: train`` keeps the split's questions whose gold chain avoids them, ``test`` those that need one."""
+
+    share: float = helpf(help="share of the facts held out, in (0, 1)")
+    seed: int = helpf(0, "seed of the draw")
+    keep: str = helpf("train", "train (questions avoiding the held-out facts) | test (questions needing one)")
+
+    def validate(self, where: str = "FactHoldout") -> None:
+        if not 0.0 < self.share < 1.0:
+            raise ConfigError(f"{where}.share must be in (0, 1), got {self.share!r}")
+        if self.keep not in ("train", "test"):
+            raise ConfigError(f"{where}.keep must be 'train' or 'test', got {self.keep!r}")
+
+
+def _off_holdout(data: dict[str, Any]) -> dict[str, Any]:
+    """``fact_holdout: {}`` (how the settings have always said "off") is ``None``."""
+    if isinstance(data.get("fact_holdout"), dict) and not data["fact_holdout"]:
+        data = {**data, "fact_holdout": None}
+    return data
 
 
 @dataclass
@@ -24,9 +126,10 @@ class EnvConfig(ConfigBase):
                                        "for hf: {model: <path>}")
     artifact: str | None = helpf(None, "micro-world artifact directory (default: the shipped one)")
     max_questions: int | None = helpf(None, "use only the first N questions of the split (a training pool)")
-    fact_holdout: dict = helpf({}, "micro-world fact-disjoint condition: {share, seed, keep: train | test} — hold "
-                                   "out a seeded share of the facts; 'train' keeps the questions whose gold chain "
-                                   "avoids them, 'test' those that need one ({}: off)")
+    fact_holdout: FactHoldout | None = helpf(None, "micro-world fact-disjoint condition: {share, seed, keep: train "
+                                                   "| test} — hold out a seeded share of the facts; 'train' keeps "
+                                                   "the questions whose gold chain avoids them, 'test' those that "
+                                                   "need one (null or {}: off)")
     data_path: str | None = helpf(None, "dataset file for real-data tasks (default: the shared data)")
     corpus: str | None = helpf(None, "what the retriever searches (real-data tasks): null = the task's own (its file's "
                                      "paragraphs; MedMCQA: explanations outside the split), 'paragraphs', "
@@ -82,24 +185,25 @@ class EnvConfig(ConfigBase):
                                                    "step and context embeddings from the reasoner's own hidden "
                                                    "states; default: the middle and the last layer)")
     rsus_components: list[str] = helpf(["ent", "cons"], "RSUS parts to compute (verb needs a proxy or a chatty LM)")
-    rsus_options: dict = helpf({}, "RSUS settings (agents.signals.rsus.RSUSConfig): n_samples (U_cons k, default 3), "
-                                   "cons_only_at_markers (U_cons only at steps with a discourse marker), agreement "
-                                   "(jaccard | exact), bm25_k (U_ent hits per entity), weights (a weight set by name "
-                                   "or path: paper = 0.40/0.35/0.25, or one fitted with `kairos train rsus-weights`), "
-                                   "verb_proxy (a probe directory of kind rsus_proxy: U_verb for reasoners that cannot "
-                                   "state a confidence)")
+    rsus_options: RSUSOptions = field(default_factory=RSUSOptions, metadata={"help": (
+        "RSUS settings (agents.signals.rsus.RSUSConfig): n_samples (U_cons k, default 3), "
+        "cons_only_at_markers (U_cons only at steps with a discourse marker), agreement "
+        "(jaccard | exact), bm25_k (U_ent hits per entity), weights (a weight set by name "
+        "or path: paper = 0.40/0.35/0.25, or one fitted with `kairos train rsus-weights`), "
+        "verb_proxy (a probe directory of kind rsus_proxy: U_verb for reasoners that cannot "
+        "state a confidence)")})
     probes: dict[str, str] = helpf({}, "learned detectors to expose as signals: name -> saved probe directory "
                                        "(e.g. {pulse_prob: runs/probes/pulse}); checked against the reasoner")
     cache_path: str | None = helpf(None, "trajectory cache SQLite file (None: in memory)")
-    cache_service: dict | None = helpf(None, "a running trajectory-cache server, {name, namespace} as "
+    cache_service: CacheServiceSpec | None = helpf(None, "a running trajectory-cache server, {name, namespace} as "
                                             "envs.cache_service.start_cache_service returns it (the training driver "
                                             "sets it from TrainConfig.cache_service): records are read and written "
                                             "through it instead of the file; never part of the cache namespace")
-    retriever_service: dict | None = helpf(None, "a running retriever service, {name, namespace, replicas} as "
+    retriever_service: RetrieverServiceSpec | None = helpf(None, "a running retriever service, {name, namespace, replicas} as "
                                                 "envs.services.start_retriever_service returns it (the "
                                                 "training driver sets it from TrainConfig.retriever_service): the "
                                                 "env's searches go to it; never part of the cache namespace")
-    reasoner_service: dict | None = helpf(None, "a running reasoner service, {name, namespace, replicas} as "
+    reasoner_service: ReasonerServiceSpec | None = helpf(None, "a running reasoner service, {name, namespace, replicas} as "
                                                "envs.services.start_service returns it (the training "
                                                "driver sets it from TrainConfig.reasoner_service): the env's reasoner "
                                                "is a client of it, no model in the env's process; unset: the env "
@@ -107,126 +211,163 @@ class EnvConfig(ConfigBase):
     max_step_tokens: int = helpf(24, "cut a runaway step after this many tokens")
     seed: int = helpf(0, "seed of the env's own randomness (sampling for consistency signals)")
 
-    def validate(self) -> None:
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None, where: str | None = None) -> EnvConfig:
+        return super().from_dict(_off_holdout(dict(data or {})), where)
+
+    @classmethod
+    def from_preset(cls, preset: str | None, overrides: dict[str, Any] | EnvOverrides | None = None,
+                    where: str | None = None) -> EnvConfig:
+        """The env of a preset (:data:`PRESETS`; ``None``: none) with ``overrides`` over it — the one place a
+        preset is merged. Errors name ``where`` and the key."""
+        if preset is not None and preset not in PRESETS:
+            raise ConfigError(f"{where or cls.__name__}: unknown preset '{preset}' (valid: {', '.join(PRESETS)})")
+        if isinstance(overrides, EnvOverrides):
+            overrides = overrides.to_dict()
+        return cls.from_dict({**(PRESETS[preset] if preset else {}), **(overrides or {})}, where=where)
+
+    def with_overrides(self, overrides: dict[str, Any] | EnvOverrides | None, where: str | None = None) -> EnvConfig:
+        """This env with some keys replaced (a key replaces the whole value: ``rsus_options: {…}`` is the new RSUS
+        settings), validated as a whole; errors name ``where`` and the key."""
+        if not isinstance(overrides, EnvOverrides):
+            overrides = EnvOverrides.from_dict(overrides or {}, where=where)
+        if not overrides:
+            return self
+        return type(self).from_dict({**self.to_dict(), **overrides.to_dict()}, where=where)
+
+    def overrides_over(self, base: EnvConfig) -> dict[str, Any]:
+        """The keys whose value differs from ``base``'s (what this env sets over, e.g., its preset)."""
+        mine, theirs = self.to_dict(), base.to_dict()
+        return {k: v for k, v in mine.items() if theirs.get(k) != v}
+
+    def validate(self, where: str = "EnvConfig") -> None:
+        """Checks across fields and against the registries (each nested setting checks its own values)."""
         if self.injection not in ("step", "front"):
-            raise ConfigError(f"EnvConfig: injection must be 'step' or 'front', got '{self.injection}'")
+            raise ConfigError(f"{where}: injection must be 'step' or 'front', got '{self.injection}'")
         if self.top_k < 1 or self.max_steps < 1:
-            raise ConfigError("EnvConfig: top_k and max_steps must be >= 1")
+            raise ConfigError(f"{where}: top_k and max_steps must be >= 1")
         if not 0.0 <= self.tau_rel <= 1.0:
-            raise ConfigError(f"EnvConfig: tau_rel must be in [0, 1], got {self.tau_rel}")
-        if self.self_refine not in (None, "eigenscore"):
-            raise ConfigError(f"EnvConfig: self_refine must be null or 'eigenscore', got {self.self_refine!r}")
+            raise ConfigError(f"{where}: tau_rel must be in [0, 1], got {self.tau_rel}")
+        for key in ("self_refine", "rerank"):
+            if getattr(self, key) not in (None, "eigenscore"):
+                raise ConfigError(f"{where}: {key} must be null or 'eigenscore', got {getattr(self, key)!r}")
         if self.self_refine and "eigen" not in self.signals:
-            raise ConfigError("EnvConfig: self_refine 'eigenscore' compares the EigenScore of two steps: add 'eigen' "
+            raise ConfigError(f"{where}: self_refine 'eigenscore' compares the EigenScore of two steps: add 'eigen' "
                               "to signals")
-        if self.rerank not in (None, "eigenscore"):
-            raise ConfigError(f"EnvConfig: rerank must be null or 'eigenscore', got {self.rerank!r}")
         if self.rerank and "eigen" not in self.signals:
-            raise ConfigError("EnvConfig: rerank 'eigenscore' ranks passages by the EigenScore of the step each one "
+            raise ConfigError(f"{where}: rerank 'eigenscore' ranks passages by the EigenScore of the step each one "
                               "regenerates: add 'eigen' to signals")
         if self.rerank and self.compress_evidence:
-            raise ConfigError("EnvConfig: rerank and compress_evidence together are not supported (the re-ranked "
+            raise ConfigError(f"{where}: rerank and compress_evidence together are not supported (the re-ranked "
                               "candidates are injected whole): set one of them")
         if self.prefetch_queries < 1:
-            raise ConfigError(f"EnvConfig: prefetch_queries must be >= 1, got {self.prefetch_queries}")
+            raise ConfigError(f"{where}: prefetch_queries must be >= 1, got {self.prefetch_queries}")
         if self.prefetch and self.retriever_service is not None:
-            raise ConfigError("EnvConfig: prefetch fills the env's own query cache; with retriever_service set the "
+            raise ConfigError(f"{where}: prefetch fills the env's own query cache; with retriever_service set the "
                               "searches run in the service — set prefetch: false")
         if self.max_retrievals_per_step < 1:
-            raise ConfigError("EnvConfig: max_retrievals_per_step must be >= 1")
-        if self.cache_service is not None:
-            from envs.cache_service import check_cache_spec
-
-            check_cache_spec(self.cache_service)
-        if self.retriever_service is not None:
-            from envs.serving import check_retriever_spec
-
-            check_retriever_spec(self.retriever_service)
-        if self.reasoner_service is not None:
-            from envs.serving import check_spec
-
-            check_spec(self.reasoner_service)
+            raise ConfigError(f"{where}: max_retrievals_per_step must be >= 1")
         if not self.query_modes:
-            raise ConfigError("EnvConfig: query_modes must name at least one query formulation")
+            raise ConfigError(f"{where}: query_modes must name at least one query formulation")
         from agents.query import MODE_FACTORIES, QUERY_MODES
         from agents.reasoners.registry import REASONERS
         from agents.retrievers.index import RETRIEVERS
 
-        TASKS.check(self.task, "EnvConfig.task", ConfigError)
-        REASONERS.check(self.reasoner, "EnvConfig.reasoner", ConfigError)
-        RETRIEVERS.check(self.retriever, "EnvConfig.retriever", ConfigError)
-        if self.reasoner_options:
+        TASKS.check(self.task, f"{where}.task", ConfigError)
+        REASONERS.check(self.reasoner, f"{where}.reasoner", ConfigError)
+        RETRIEVERS.check(self.retriever, f"{where}.retriever", ConfigError)
+        if self.reasoner_options:  # the backend's own config class (it depends on the reasoner) checks them
             from envs.core.registry import import_dotted
 
             cls_path = REASONERS.info(self.reasoner).get("config")
             if cls_path is None:
-                raise ConfigError(f"EnvConfig.reasoner_options: reasoner '{self.reasoner}' takes no options")
+                raise ConfigError(f"{where}.reasoner_options: reasoner '{self.reasoner}' takes no options")
             import_dotted(cls_path).from_dict({**self.reasoner_options, "max_step_tokens": self.max_step_tokens},
-                                              where="EnvConfig.reasoner_options")
+                                              where=f"{where}.reasoner_options")
         for mode in self.query_modes:
             if mode.partition(":")[0] not in MODE_FACTORIES:
-                QUERY_MODES.check(mode, "EnvConfig.query_modes", ConfigError)
+                QUERY_MODES.check(mode, f"{where}.query_modes", ConfigError)
         groups = config_groups()
         bad = [s for s in self.signals if s not in groups]
         if bad:
-            raise ConfigError(f"EnvConfig: unknown observation group '{bad[0]}' in 'signals' (valid: "
+            raise ConfigError(f"{where}: unknown observation group '{bad[0]}' in 'signals' (valid: "
                               f"{', '.join(groups)})")
-        allowed = ("n_samples", "cons_only_at_markers", "agreement", "bm25_k", "weights", "verb_proxy")
-        extra = sorted(set(self.rsus_options) - set(allowed))
-        if extra:
-            raise ConfigError(f"EnvConfig: rsus_options has unknown key '{extra[0]}' (valid: {', '.join(allowed)}; the "
-                              "weights follow rsus_components)")
-        o = self.rsus_options
-        if "weights" in o:
-            from agents.signals.rsus import load_rsus_weights
-
-            if not isinstance(o["weights"], str):
-                raise ConfigError(f"EnvConfig: rsus_options.weights must be a weight-set name or path, got "
-                                  f"{o['weights']!r}")
-            try:
-                load_rsus_weights(o["weights"])
-            except (FileNotFoundError, ValueError) as e:
-                raise ConfigError(f"EnvConfig.rsus_options.weights: {e}") from None
-        if o.get("verb_proxy"):
-            if "verb" not in self.rsus_components:
-                raise ConfigError("EnvConfig: rsus_options.verb_proxy is set but 'verb' is not in rsus_components")
-            if not (Path(str(o["verb_proxy"])) / "probe.json").is_file():
-                raise ConfigError(f"EnvConfig.rsus_options.verb_proxy: no probe at {o['verb_proxy']} (train one with "
-                                  "`kairos probe train --signal rsus_proxy …`)")
-        for k in ("n_samples", "bm25_k"):
-            if k in o and (not isinstance(o[k], int) or isinstance(o[k], bool) or o[k] < 1):
-                raise ConfigError(f"EnvConfig: rsus_options.{k} must be an integer >= 1, got {o[k]!r}")
-        if "cons_only_at_markers" in o and not isinstance(o["cons_only_at_markers"], bool):
-            raise ConfigError(f"EnvConfig: rsus_options.cons_only_at_markers must be true or false, got "
-                              f"{o['cons_only_at_markers']!r}")
-        if "agreement" in o and o["agreement"] not in ("jaccard", "exact"):
-            raise ConfigError(f"EnvConfig: rsus_options.agreement must be jaccard or exact, got {o['agreement']!r}")
+        if self.rsus_options.verb_proxy and "verb" not in self.rsus_components:
+            raise ConfigError(f"{where}: rsus_options.verb_proxy is set but 'verb' is not in rsus_components")
         if self.max_questions is not None and self.max_questions < 1:
-            raise ConfigError(f"EnvConfig: max_questions must be >= 1 (or null for the whole split), got "
+            raise ConfigError(f"{where}: max_questions must be >= 1 (or null for the whole split), got "
                               f"{self.max_questions}")
-        if self.fact_holdout:
-            extra = sorted(set(self.fact_holdout) - {"share", "seed", "keep"})
-            if extra:
-                raise ConfigError(f"EnvConfig: fact_holdout has unknown key '{extra[0]}' (valid: share, seed, keep)")
-            share = self.fact_holdout.get("share")
-            if not isinstance(share, (int, float)) or not 0.0 < float(share) < 1.0:
-                raise ConfigError(f"EnvConfig: fact_holdout.share must be in (0, 1), got {share!r}")
-            if self.fact_holdout.get("keep", "train") not in ("train", "test"):
-                raise ConfigError(f"EnvConfig: fact_holdout.keep must be 'train' or 'test', got "
-                                  f"{self.fact_holdout.get('keep')!r}")
-            if self.task != "microworld":
-                raise ConfigError("EnvConfig: fact_holdout is a micro-world condition (task: microworld)")
+        if self.fact_holdout is not None and self.task != "microworld":
+            raise ConfigError(f"{where}: fact_holdout is a micro-world condition (task: microworld)")
         if self.content_layers is not None and (not self.content_layers or min(self.content_layers) < 0):
-            raise ConfigError(f"EnvConfig: content_layers must be a non-empty list of layer indices >= 0, got "
+            raise ConfigError(f"{where}: content_layers must be a non-empty list of layer indices >= 0, got "
                               f"{self.content_layers}")
         if self.pulse_layers is not None and (len(self.pulse_layers) != 2 or self.pulse_layers[0] >= self.pulse_layers[1]):
-            raise ConfigError(f"EnvConfig: pulse_layers must be [a, b] with a < b, got {self.pulse_layers}")
+            raise ConfigError(f"{where}: pulse_layers must be [a, b] with a < b, got {self.pulse_layers}")
 
 
-def env_config_from_file(path: str | Path, split: str | None = None) -> dict[str, Any]:
-    """The env settings of a bench or env YAML (its ``env`` section, or the whole file), with ``split`` set."""
+_ENV_FIELDS = {f.name for f in dataclasses.fields(EnvConfig)}
+
+
+class EnvOverrides(ConfigBase):
+    """A partial :class:`EnvConfig`: some of its keys, each value typed as its field (nested settings as their
+    typed configs) — a benchmark method's ``env``. Loading checks the keys and values (errors name the key path);
+    :meth:`EnvConfig.with_overrides` applies it and checks the whole env. :meth:`to_dict` is the keys as given
+    (so a method's per-question files, named by a hash of it, keep their names)."""
+
+    def __init__(self, values: dict[str, Any] | None = None):
+        self._values: dict[str, Any] = dict(values or {})
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None, where: str | None = None) -> EnvOverrides:
+        where = where or cls.__name__
+        if data is not None and not isinstance(data, dict):
+            raise ConfigError(f"{where}: expected a mapping of EnvConfig keys, got {data!r}")
+        data = _off_holdout(dict(data or {}))
+        unknown = [k for k in data if k not in _ENV_FIELDS]
+        if unknown:
+            raise unknown_key_error(where, unknown[0], _ENV_FIELDS)
+        hints = typing.get_type_hints(EnvConfig)
+        return cls({k: coerce_value(k, hints[k], v, where) for k, v in data.items()})
+
+    def to_dict(self) -> dict[str, Any]:
+        import json
+
+        from envs.core.config import _plain
+
+        return json.loads(json.dumps({k: _plain(v) for k, v in self._values.items()}, default=str))
+
+    def updated(self, **values: Any) -> EnvOverrides:
+        """A copy with more keys set (checked like :meth:`from_dict`)."""
+        return EnvOverrides.from_dict({**self.to_dict(), **values})
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._values.get(key, default)
+
+    def keys(self):
+        return self._values.keys()
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._values
+
+    def __bool__(self) -> bool:
+        return bool(self._values)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, EnvOverrides) and self.to_dict() == other.to_dict()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"EnvOverrides({self.to_dict()!r})"
+
+
+def env_config_from_file(path: str | Path, split: str | None = None) -> EnvConfig:
+    """The env of a bench or env YAML (its ``env`` section, or the whole file), with ``split`` set; errors name the
+    file and the key."""
     data = read_yaml_mapping(path)
-    env_cfg = dict(data.get("env", data))
+    section = "env" in data
+    env_cfg = dict(data["env"] if section else data)
     if split:
         env_cfg["split"] = split
-    return env_cfg
+    return EnvConfig.from_dict(env_cfg, where=f"{path}" + (".env" if section else ""))

@@ -4,23 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from envs.env_config import EnvConfig
+from envs.env_config import PRESETS, EnvConfig
 
-PRESETS: dict[str, dict[str, Any]] = {
-    "microworld": {"task": "microworld", "reasoner": "micro", "retriever": "bm25"},
-    "hotpotqa": {"task": "hotpotqa", "reasoner": "hf", "retriever": "bm25", "split": "dev"},
-}
+__all__ = ["PRESETS", "make_env"]
 
 
 def make_env(preset: str | None = None, config: EnvConfig | dict | None = None, **kwargs: Any):
-    """Build a :class:`~envs.retrieval_env.RetrievalTimingEnv` from a preset plus overrides."""
+    """Build a :class:`~envs.retrieval_env.RetrievalTimingEnv`: an :class:`EnvConfig` as it is, or a preset with a
+    dict of overrides (:meth:`EnvConfig.from_preset`)."""
     from envs.retrieval_env import RetrievalTimingEnv
 
-    if preset and preset not in PRESETS:
-        raise ValueError(f"unknown preset '{preset}' (valid: {', '.join(PRESETS)})")
-    base = dict(PRESETS[preset]) if preset else {}
     if isinstance(config, EnvConfig):
-        config = config.to_dict()
-    merged = {**base, **(config or {})}
-    return RetrievalTimingEnv(EnvConfig.from_dict(merged), **kwargs)
-
+        if preset is not None and preset not in PRESETS:
+            raise ValueError(f"unknown preset '{preset}' (valid: {', '.join(PRESETS)})")
+        return RetrievalTimingEnv(config, **kwargs)
+    return RetrievalTimingEnv(EnvConfig.from_preset(preset, config), **kwargs)

@@ -96,7 +96,7 @@ class ReasonerReplica:
         from envs.components import build_reasoner
         from envs.env_config import EnvConfig
 
-        self.config = EnvConfig.from_dict({k: v for k, v in env_config.items() if k != "reasoner_service"})
+        self.config = EnvConfig.from_dict(env_config)  # the driver's EnvConfig.to_dict(), without the service
         self.reasoner = build_reasoner(self.config)
         self.max_batch, self.max_wait, self.active_s = max_batch, max_wait_ms / 1000.0, active_s
         self.features = None
@@ -105,7 +105,7 @@ class ReasonerReplica:
 
             self.features = model_side_signals(self.config, self.reasoner)
         # a U_verb proxy reads the hidden states in the env's RSUS: then the arrays must travel
-        self.strip = features and not self.config.rsus_options.get("verb_proxy")
+        self.strip = features and not self.config.rsus_options.verb_proxy
         self.live: OrderedDict[str, Any] = OrderedDict()
         self.live_states = live_states
         self.pool = ThreadPoolExecutor(max_workers=1)  # the model runs in one thread, off the event loop
@@ -245,7 +245,17 @@ class ReasonerReplica:
 
 
 # ---------------------------------------------------------------------------------------------- the driver
-def start_service(env_config: dict, cfg: ReasonerServiceConfig | dict | None = None,
+def _served_env(env_config, key: str) -> dict:
+    """The env a service serves, as it crosses to the replicas (``to_dict()``), without the spec of ``key`` (an env of
+    a service is not its client); a dict is checked here, on the driver, not in the replica."""
+    from envs.env_config import EnvConfig
+
+    if not isinstance(env_config, EnvConfig):
+        env_config = EnvConfig.from_dict({k: v for k, v in dict(env_config).items() if k != key})
+    return {**env_config.to_dict(), key: None}
+
+
+def start_service(env_config, cfg: ReasonerServiceConfig | dict | None = None,
                   name: str | None = None) -> dict:
     """Start the replicas of a reasoner service for envs of ``env_config`` (Ray must be initialised); returns the
     spec envs take as ``EnvConfig.reasoner_service``. The caller owns the actors: they end with its Ray job (or
@@ -253,13 +263,11 @@ def start_service(env_config: dict, cfg: ReasonerServiceConfig | dict | None = N
     offers its resources) is an error naming the resources, after ``start_timeout_s``."""
 
     cfg = cfg if isinstance(cfg, ReasonerServiceConfig) else ReasonerServiceConfig.from_dict(cfg or {})
-    from envs.env_config import EnvConfig
-
-    EnvConfig.from_dict({k: v for k, v in env_config.items() if k != "reasoner_service"})  # errors here, not remote
+    env = _served_env(env_config, "reasoner_service")  # errors here, not remote
     name = name or f"reasoner-{uuid.uuid4().hex[:8]}"
     spec, infos = start_replicas(
         ReasonerReplica, name, cfg.replicas,
-        (dict(env_config), cfg.max_batch, cfg.max_wait_ms, cfg.live_states, cfg.active_s, cfg.features_on_service,
+        (env, cfg.max_batch, cfg.max_wait_ms, cfg.live_states, cfg.active_s, cfg.features_on_service,
          max(1, int(cfg.num_cpus))),
         {"num_cpus": cfg.num_cpus, "num_gpus": cfg.num_gpus, "resources": dict(cfg.resources) or None,
          "max_restarts": cfg.max_restarts, "max_task_retries": -1, "max_concurrency": 1000},
@@ -294,8 +302,7 @@ class RetrieverServer:
         from envs.components import env_retriever
         from envs.env_config import EnvConfig
 
-        self.retriever = env_retriever(EnvConfig.from_dict({k: v for k, v in env_config.items()
-                                                            if k != "retriever_service"}))
+        self.retriever = env_retriever(EnvConfig.from_dict(env_config))  # the driver's, without the service
         self.queries = 0
 
     def search(self, queries: list[str], k: int) -> list:
@@ -309,13 +316,14 @@ class RetrieverServer:
                 "node_id": ray.get_runtime_context().get_node_id(), "queries": self.queries}
 
 
-def start_retriever_service(env_config: dict, cfg: RetrieverServiceConfig | dict | None = None) -> dict:
+def start_retriever_service(env_config, cfg: RetrieverServiceConfig | dict | None = None) -> dict:
     """Start the replicas for envs of ``env_config`` (Ray must be initialised); returns the spec envs take as
     ``EnvConfig.retriever_service``. Errors (no index, a mismatched corpus) surface here, on the driver."""
 
     cfg = cfg if isinstance(cfg, RetrieverServiceConfig) else RetrieverServiceConfig.from_dict(cfg or {})
     name = f"retriever-{uuid.uuid4().hex[:8]}"
-    spec, _ = start_replicas(RetrieverServer, name, cfg.replicas, (dict(env_config),),
+    env = _served_env(env_config, "retriever_service")
+    spec, _ = start_replicas(RetrieverServer, name, cfg.replicas, (env,),
                              {"num_cpus": cfg.num_cpus, "resources": dict(cfg.resources) or None,
                               "max_restarts": -1, "max_task_retries": -1}, cfg.start_timeout_s, "retriever service")
     return spec

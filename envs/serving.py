@@ -102,8 +102,69 @@ class ReasonerServiceConfig(ConfigBase):
             raise ConfigError(f"ReasonerServiceConfig.resources: amounts must be positive numbers, got {bad}")
 
 
+class _Spec(ConfigBase):
+    """A running service's address; a mapping with other keys names the function that returns one."""
+
+    #: the function that returns a spec of this kind
+    started_by = ""
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str | None = None):
+        keys = list(cls.__dataclass_fields__)  # type: ignore[attr-defined]
+        if not isinstance(data, dict) or set(data) != set(keys):
+            raise ConfigError(f"{where or cls.__name__}: expected {{{', '.join(keys)}}} as returned by "
+                              f"{cls.started_by}, got {data!r}")
+        return super().from_dict(data, where)
+
+
+@dataclass
+class ServiceSpec(_Spec):
+    """Where a running service is (``{name, namespace, replicas}``, as its start function returns it)."""
+
+    name: str = helpf(help="the service's name (its replicas are the actors '<name>/<i>')")
+    namespace: str = helpf(help="the Ray namespace of its actors")
+    replicas: int = helpf(help="how many replicas it runs")
+
+    def validate(self, where: str = "ServiceSpec") -> None:
+        if self.replicas < 1:
+            raise ConfigError(f"{where}.replicas must be an integer >= 1, got {self.replicas!r}")
+
+
+@dataclass
+class ReasonerServiceSpec(ServiceSpec):
+    """A running reasoner service (``EnvConfig.reasoner_service``; the training driver sets it)."""
+
+    started_by = "envs.services.start_service"
+
+
+@dataclass
+class RetrieverServiceSpec(ServiceSpec):
+    """A running retriever service (``EnvConfig.retriever_service``; the training driver sets it)."""
+
+    started_by = "envs.services.start_retriever_service"
+
+
+@dataclass
+class CacheServiceSpec(_Spec):
+    """A running trajectory-cache server (``EnvConfig.cache_service``: ``{name, namespace}`` as
+    :func:`envs.cache_service.start_cache_service` returns it; the training driver sets it)."""
+
+    name: str = helpf(help="the cache server actor's name")
+    namespace: str = helpf(help="the Ray namespace of the actor")
+
+    started_by = "envs.cache_service.start_cache_service"
+
+
+def spec_dict(spec: Any) -> Any:
+    """A typed spec (:class:`ReasonerServiceSpec`, :class:`RetrieverServiceSpec`, :class:`CacheServiceSpec`) as the plain dict the clients use; anything
+    else as it is."""
+    return spec.to_dict() if isinstance(spec, _Spec) else spec
+
+
 def check_spec(spec: Any, where: str = "EnvConfig.reasoner_service") -> dict:
-    """A service spec (what :func:`start_service` returns: ``{name, namespace, replicas}``), checked."""
+    """A service spec (what :func:`start_service` returns: ``{name, namespace, replicas}``; typed or a dict),
+    checked, as a dict."""
+    spec = spec_dict(spec)
     if not isinstance(spec, dict) or set(spec) != {"name", "namespace", "replicas"}:
         raise ConfigError(f"{where}: expected {{name, namespace, replicas}} as returned by "
                           f"envs.services.start_service, got {spec!r}")
@@ -127,6 +188,7 @@ class RetrieverServiceConfig(ConfigBase):
 
 
 def check_retriever_spec(spec: Any, where: str = "EnvConfig.retriever_service") -> dict:
+    spec = spec_dict(spec)
     if not isinstance(spec, dict) or set(spec) != {"name", "namespace", "replicas"}:
         raise ConfigError(f"{where}: expected {{name, namespace, replicas}} as returned by "
                           f"envs.services.start_retriever_service, got {spec!r}")

@@ -64,9 +64,10 @@ def label_question(env, qi: int) -> dict[str, Any]:
             "steps": out, "seconds": round(time.perf_counter() - t0, 2)}
 
 
-def run(env_config: dict[str, Any], out: str | Path, max_questions: int | None = None,
+def run(env_config, out: str | Path, max_questions: int | None = None,
         max_minutes: float | None = None, progress: bool = True) -> dict[str, Any]:
-    """Label questions of ``env_config``'s split until done, ``max_questions`` or ``max_minutes``."""
+    """Label questions of ``env_config``'s split (an :class:`~envs.env_config.EnvConfig`, or its dict) until done,
+    ``max_questions`` or ``max_minutes``."""
     from tqdm.auto import tqdm
 
     from envs.core.io import read_done_rows, write_text

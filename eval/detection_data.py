@@ -229,7 +229,7 @@ def shifted_test_steps(cfg: DetectionBenchConfig, world, progress) -> tuple[Any,
 
 def benefit_dataset(cfg: DetectionBenchConfig, progress):
     """Split (c)'s labelled steps with hidden states (:mod:`policies.probes.benefit_dataset`, cached)."""
-    from envs.env_config import EnvConfig, env_config_from_file
+    from envs.env_config import env_config_from_file
     from policies.probes.benefit_dataset import benefit_step_dataset
 
     labels = Path(cfg.benefit_labels)
@@ -237,7 +237,7 @@ def benefit_dataset(cfg: DetectionBenchConfig, progress):
         raise FileNotFoundError(f"split 'hotpotqa': no benefit-label file at {labels} (make it with `python -m "
                                 f"eval.benefit_labels --config {cfg.benefit_config} --split '{cfg.benefit_split}' "
                                 f"--out {labels}`)")
-    env_cfg = EnvConfig.from_dict(env_config_from_file(cfg.benefit_config, cfg.benefit_split))
+    env_cfg = env_config_from_file(cfg.benefit_config, cfg.benefit_split)
     n = sum(1 for line in labels.read_text(encoding="utf-8").splitlines() if line.strip())
     task = progress.add_task("(c) closed-book chains with hidden states", total=n)
     return benefit_step_dataset(labels, env_cfg, cfg.cache_dir or None, batch=cfg.benefit_batch,

@@ -195,7 +195,7 @@ def test_fact_disjoint_split_is_disjoint_on_the_fact_sets():
     assert tr.c.namespace == make_env("microworld", {"split": "train"}).c.namespace  # selection only
     with pytest.raises(ConfigError, match="fact_holdout.share must be in"):
         make_env("microworld", {"fact_holdout": {"share": 1.5}})
-    with pytest.raises(ConfigError, match="unknown key 'sede'"):
+    with pytest.raises(ConfigError, match="EnvConfig.fact_holdout: unknown config key 'sede'.*did you mean 'seed'"):
         make_env("microworld", {"fact_holdout": {"share": 0.3, "sede": 1}})
     with pytest.raises(ConfigError, match="max_questions must be >= 1"):
         make_env("microworld", {"max_questions": -5})

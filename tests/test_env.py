@@ -173,9 +173,9 @@ def test_rsus_options_gate_u_cons_at_discourse_markers():
     _, info = plain.reset(options={"question_index": 1})
     assert "u_cons" in info["signals"] and 0.0 <= info["signals"]["u_cons"] <= 1.0
     assert gated.c.namespace != plain.c.namespace
-    with pytest.raises(ConfigError, match="rsus_options has unknown key 'w_verb'"):
+    with pytest.raises(ConfigError, match="EnvConfig.rsus_options: unknown config key 'w_verb'"):
         make_env("microworld", {"rsus_options": {"w_verb": 1.0}})
-    with pytest.raises(ConfigError, match="rsus_options.n_samples must be an integer >= 1"):
+    with pytest.raises(ConfigError, match="EnvConfig.rsus_options.n_samples must be an integer >= 1"):
         make_env("microworld", {"rsus_options": {"n_samples": 0}})
 
 

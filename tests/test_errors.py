@@ -299,7 +299,7 @@ CASES = [
     ("env-unknown-signal-group", lambda t: _env({"signals": ["pulse", "outptu"]}), ConfigError,
      r"unknown observation group 'outptu' in 'signals'"),
     ("env-rsus-options-key", lambda t: _env({"rsus_options": {"samples": 3}}), ConfigError,
-     r"rsus_options has unknown key 'samples'"),
+     r"EnvConfig.rsus_options: unknown config key 'samples' \(valid keys: .*\); did you mean 'n_samples'\?"),
     ("env-reasoner-options-key", lambda t: _env({"task": "hotpotqa", "reasoner": "openai",
                                                  "reasoner_options": {"base_uri": "x"}}),
      ConfigError, r"EnvConfig.reasoner_options: unknown config key 'base_uri'"),

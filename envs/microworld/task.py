@@ -26,7 +26,8 @@ def holdout_facts(kb, share: float, seed: int) -> set[str]:
 class MicroWorldTask:
     """Questions of one split of a loaded micro-world.
 
-    ``fact_holdout`` (``{"share", "seed", "keep"}``) makes a **fact-disjoint** condition: a seeded share of the
+    ``fact_holdout`` (``EnvConfig.fact_holdout``: a :class:`~envs.env_config.FactHoldout` or its dict ``{"share",
+    "seed", "keep"}``) makes a **fact-disjoint** condition: a seeded share of the
     facts is held out; ``keep: train`` keeps the split's questions whose gold chain uses none of them (a training
     pool), ``keep: test`` those whose chain uses at least one (every such question hinges on a fact no training
     chain states, so memorising content cannot help)."""
@@ -34,12 +35,14 @@ class MicroWorldTask:
     #: the quality is answer accuracy (1 when the answer names the gold entity)
     quality_metric = "acc"
 
-    def __init__(self, world, split: str = "train", fact_holdout: dict | None = None):
+    def __init__(self, world, split: str = "train", fact_holdout=None):
         if split not in world.questions:
             raise ValueError(f"unknown micro-world split '{split}' (valid: {', '.join(world.questions)})")
         self.world, self.kb = world, world.kb
         self.questions: list[Question] = list(world.questions[split])
         self.held_out: set[str] = set()
+        if fact_holdout is not None and not isinstance(fact_holdout, dict):
+            fact_holdout = fact_holdout.to_dict()  # the typed setting
         if fact_holdout:
             self.held_out = holdout_facts(self.kb, float(fact_holdout["share"]), int(fact_holdout.get("seed", 0)))
             test = fact_holdout.get("keep", "train") == "test"

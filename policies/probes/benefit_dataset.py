@@ -14,10 +14,9 @@ hurts, ``subjects`` holds the question id (no entity is parsed on real data).
 
 Example::
 
-    from envs.env_config import EnvConfig
     from envs.env_config import env_config_from_file
 
-    cfg = EnvConfig.from_dict(env_config_from_file("configs/bench_hotpotqa_bm25.yaml", split="dev[0:500:2]"))
+    cfg = env_config_from_file("configs/bench_hotpotqa_bm25.yaml", split="dev[0:500:2]")
     ds = benefit_step_dataset("runs/labels/hotpotqa_benefit.jsonl", cfg)
     X = FeatureSpec("pulse", layers=(7, 27)).compute(hidden_mean=ds.hidden_mean)
 """

@@ -167,10 +167,10 @@ def train_probe(cfg: ProbeTrainConfig) -> tuple[Any, dict[str, Any]]:
     cache = cfg.cache_dir or None
     world = None
     if cfg.benefit_labels:  # real data: the labels' reasoner, its closed-book steps and their benefit labels
-        from envs.env_config import EnvConfig, env_config_from_file
+        from envs.env_config import env_config_from_file
         from policies.probes.benefit_dataset import benefit_step_dataset
 
-        env_cfg = EnvConfig.from_dict(env_config_from_file(cfg.benefit_config, cfg.benefit_split))
+        env_cfg = env_config_from_file(cfg.benefit_config, cfg.benefit_split)
         ds = benefit_step_dataset(cfg.benefit_labels, env_cfg, cache)
         model_id = ds.meta["model_id"]
         if cfg.split == "entity":

