@@ -183,15 +183,15 @@ def table_methods(policy: str | None, flare_threshold: float) -> list[tuple[str,
     return methods
 
 
-def calibrate_flare(env_config: dict, questions: range, batch: int) -> dict[str, Any]:
-    """FLARE's θ on ``questions``: the auto grid of minprob over the CoT steps, best reward (ties: fewer calls)."""
+def calibrate_flare(env_config, questions: range, batch: int) -> dict[str, Any]:
+    """FLARE's θ on ``questions`` of ``env_config`` (an :class:`~envs.env_config.EnvConfig`): the auto grid of
+    minprob over the CoT steps, best reward (ties: fewer calls)."""
     from envs.components import build_components
-    from envs.env_config import EnvConfig
     from eval.bench_policies import auto_grid
     from policies.triggers import TRIGGERS
     from train.evaluate import evaluate_policy
 
-    comps = build_components(EnvConfig.from_dict(env_config))
+    comps = build_components(env_config)
     qs = list(questions)
     cot = evaluate_policy(TRIGGERS.make("never"), comps.config, qs, batch_size=batch, components=comps,
                           return_episodes=True)
@@ -221,21 +221,21 @@ def _compression(episodes: list[dict]) -> dict[str, int]:
     return {"tokens_before": before, "tokens_after": after}
 
 
-def measure_table(env_config: dict, methods: list[tuple[str, Any, str | None]], questions: range, batch: int,
+def measure_table(env_config, methods: list[tuple[str, Any, str | None]], questions: range, batch: int,
                   settings=SETTINGS) -> list[dict[str, Any]]:
-    """One row per (setting, method): see the module docstring."""
+    """One row per (setting, method) of ``env_config`` (an :class:`~envs.env_config.EnvConfig`): see the module
+    docstring."""
     from agents.retrievers.cache import QueryCache
     from envs.components import build_components
-    from envs.env_config import EnvConfig
     from policies.triggers import TRIGGERS, FixedModeTrigger
     from train.evaluate import evaluate_policy
 
     qs = list(questions)
-    modes = list(env_config.get("query_modes") or EnvConfig().query_modes)
+    modes = list(env_config.query_modes)
     extra = [m for _, _, m in methods if m is not None and m not in modes]
     rows = []
     for sname, over in settings:
-        comps = build_components(EnvConfig.from_dict({**env_config, "query_modes": modes + extra, **over}))
+        comps = build_components(env_config.with_overrides({"query_modes": modes + extra, **over}))
         evaluate_policy(TRIGGERS.make("always"), comps.config, qs[:2], batch_size=batch, components=comps)  # warm
         for mname, trigger, mode in methods:
             run_cfg = comps.config
@@ -354,21 +354,20 @@ def run(args: argparse.Namespace) -> int:
 
     from envs.components import build_components
     from envs.core.io import write_json, write_text
-    from envs.env_config import EnvConfig
     from eval.bench_policies import parse_slice
     from eval.service_bench import train_env_config
 
     torch.set_num_threads(1)
     env_config = train_env_config(args)
     if args.split:
-        env_config["split"] = args.split
+        env_config = env_config.replace(split=args.split)
     questions, calib = parse_slice(args.questions, "--questions"), parse_slice(args.calib, "--calib")
     if args.policy and not (Path(args.policy) / "spec.json").is_file():
         raise FileNotFoundError(f"--policy {args.policy}: no exported policy there (spec.json)")
-    result: dict[str, Any] = {"train_config": args.train_config, "overrides": args.set, "split": env_config["split"],
+    result: dict[str, Any] = {"train_config": args.train_config, "overrides": args.set, "split": env_config.split,
                               "questions": args.questions, "threads": torch.get_num_threads()}
     if "ttft" in args.parts:
-        comps = build_components(EnvConfig.from_dict(env_config))
+        comps = build_components(env_config)
         log.info("efficiency bench (ttft): %s, questions %s", comps.config.reasoner, args.questions)
         pairs = injection_states(comps, questions, args.max_steps)
         if pairs:  # warm-up outside the timing (lazy inits, allocator)
@@ -376,13 +375,13 @@ def run(args: argparse.Namespace) -> int:
         result.update(reasoner=comps.config.reasoner, repeats=args.repeats, kv_reuse=measure(comps, pairs, args.repeats))
         del comps
     if "table" in args.parts:
-        result.setdefault("reasoner", env_config.get("reasoner", "micro"))
+        result.setdefault("reasoner", env_config.reasoner)
         flare = ({"threshold": args.flare_threshold, "given": True} if args.flare_threshold is not None
                  else calibrate_flare(env_config, calib, max(args.batch, 16)))
         rows = measure_table(env_config, table_methods(args.policy, flare["threshold"]), questions, args.batch)
-        result["table"] = {"questions": args.questions, "split": env_config["split"], "batch": args.batch,
+        result["table"] = {"questions": args.questions, "split": env_config.split, "batch": args.batch,
                            "policy": args.policy, "flare_threshold": flare["threshold"], "flare_calibration": flare,
-                           "tau_rel": env_config.get("tau_rel", 0.45), "rows": rows, "summary": table_summary(rows)}
+                           "tau_rel": env_config.tau_rel, "rows": rows, "summary": table_summary(rows)}
     out = Path(args.out)
     write_json(out / "efficiency.json", result)
     md = markdown(result)

@@ -49,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 class _Runner:
     """A stand-in EnvRunner (a Ray actor): a batched env and a seeded random policy; counts its model calls."""
 
-    def __init__(self, env_config: dict, n_envs: int, seed: int, cache_service: dict | None = None):
+    def __init__(self, env_config, n_envs: int, seed: int, cache_service: dict | None = None):
         import numpy as np
         import torch
 
@@ -111,11 +111,11 @@ class _Runner:
                 "peak_rss_mb": ru.ru_maxrss / 1024, "pid": os.getpid()}
 
 
-def train_env_config(args) -> dict:
-    """The training config's env (its preset merged with its env_config), with an in-memory cache."""
+def train_env_config(args):
+    """The training config's env (its EnvConfig, the preset applied on load) with the ``--set`` overrides and an
+    in-memory cache."""
     import yaml
 
-    from envs.registration import PRESETS
     from train.config import TrainConfig
 
     tc = TrainConfig.from_yaml(args.train_config)
@@ -125,14 +125,10 @@ def train_env_config(args) -> dict:
         if not sep:
             raise ValueError(f"--set {kv!r}: expected KEY=VALUE")
         over[k] = yaml.safe_load(v)
-    cfg = {**PRESETS[tc.env], **tc.env_config, **over, "cache_path": None}
-    from envs.env_config import EnvConfig
-
-    EnvConfig.from_dict(cfg, where=f"{args.train_config} (env_config)")
-    return cfg
+    return tc.kairos_env.with_overrides({**over, "cache_path": None}, where=f"{args.train_config} (env_config)")
 
 
-def run_config(env_config: dict, runners: int, n_envs: int, episodes: int, shared: bool,
+def run_config(env_config, runners: int, n_envs: int, episodes: int, shared: bool,
                max_wait_ms: float) -> dict[str, Any]:
     """One configuration: R runners, per-runner reasoners (``shared=False``) or one shared replica."""
     import ray
@@ -146,7 +142,7 @@ def run_config(env_config: dict, runners: int, n_envs: int, episodes: int, share
                                                                max_wait_ms=max_wait_ms))
     try:
         actor = ray.remote(num_cpus=1)(_Runner)
-        cfg = {**env_config, **({"reasoner_service": spec} if spec else {})}
+        cfg = env_config.with_overrides({"reasoner_service": spec}) if spec else env_config
         rs = [actor.remote(cfg, n_envs, seed=i + 1) for i in range(runners)]
         ray.get([r.ready.remote() for r in rs])  # built and warmed up
         rep0 = service_stats(spec) if spec else []
@@ -175,7 +171,7 @@ def run_config(env_config: dict, runners: int, n_envs: int, episodes: int, share
                             "replicas": [round(r["peak_rss_mb"], 1) for r in rep]}}
 
 
-def cache_sharing(env_config: dict, runners: int, n_envs: int, episodes: int, cache_path: Path,
+def cache_sharing(env_config, runners: int, n_envs: int, episodes: int, cache_path: Path,
                   pool: int = 32) -> list[dict]:
     """R runners drawing episodes from one small question pool (``pool`` questions, as a training pool is revisited
     over iterations), each with its own cache (what runners on different nodes have without a service) vs one cache
@@ -191,7 +187,7 @@ def cache_sharing(env_config: dict, runners: int, n_envs: int, episodes: int, ca
         spec = start_cache_service(str(cache_path)) if shared else None
         try:
             actor = ray.remote(num_cpus=1)(_Runner)
-            rs = [actor.remote({**env_config, "max_questions": pool}, n_envs, i + 1, spec) for i in range(runners)]
+            rs = [actor.remote(env_config.replace(max_questions=pool), n_envs, i + 1, spec) for i in range(runners)]
             ray.get([r.ready.remote() for r in rs])
             t0 = time.perf_counter()
             res = ray.get([r.run.remote(episodes) for r in rs])
@@ -208,16 +204,15 @@ def cache_sharing(env_config: dict, runners: int, n_envs: int, episodes: int, ca
     return out
 
 
-def sizing(env_config: dict, batches: list[int]) -> list[dict]:
+def sizing(env_config, batches: list[int]) -> list[dict]:
     """One replica alone: states/s and tokens/s of a first step for fresh questions at each batch size."""
     import ray
 
     from envs.components import build_components
-    from envs.env_config import EnvConfig
     from envs.served import replica_handles
     from envs.services import ReasonerServiceConfig, start_service, stop_service
 
-    comps = build_components(EnvConfig.from_dict(env_config))
+    comps = build_components(env_config)
     texts = [comps.question_text(q) for q in comps.questions[: max(batches) * 3]]
     spec = start_service(env_config, ReasonerServiceConfig(replicas=1, max_batch=max(batches), max_wait_ms=0.0))
     out = []
@@ -237,7 +232,7 @@ def sizing(env_config: dict, batches: list[int]) -> list[dict]:
     return out
 
 
-def step_bytes(env_config: dict, n: int = 16) -> dict[str, float]:
+def step_bytes(env_config, n: int = 16) -> dict[str, float]:
     """Mean pickled size of a served first step: with the model-side signals computed in the replica (the default)
     and with the per-layer hidden states travelling instead (``features_on_service: false``)."""
     import pickle
@@ -245,11 +240,10 @@ def step_bytes(env_config: dict, n: int = 16) -> dict[str, float]:
     import ray
 
     from envs.components import build_components
-    from envs.env_config import EnvConfig
     from envs.served import replica_handles
     from envs.services import ReasonerServiceConfig, start_service, stop_service
 
-    comps = build_components(EnvConfig.from_dict(env_config))
+    comps = build_components(env_config)
     reqs = [(None, None, (("start", comps.question_text(q), ()),)) for q in comps.questions[:n]]
     out = {}
     for features in (True, False):

@@ -1,21 +1,52 @@
 """Typed configuration of a training run (YAML-loadable; every field has help text; unknown keys are errors).
 
+The env is typed: ``env_config`` loads into an :class:`~envs.env_config.EnvConfig` with the preset ``env`` names
+under it (:meth:`EnvConfig.from_preset`, once, here on the driver), so a typo anywhere in it fails on load, naming
+the key path; a custom ``module:factory`` env gets its own settings as given (:class:`FactoryEnvConfig`).
+
 Example:
     >>> cfg = TrainConfig.from_dict({"iterations": 3, "algo": {"baseline": "mean"}})
     >>> cfg.algo.baseline, cfg.curriculum["retrieval_calls"].start
     ('mean', 0.5)
+    >>> cfg.env_config.task, cfg.env_config.max_questions
+    ('microworld', 256)
+    >>> TrainConfig.from_dict({"env": "hotpotqa", "env_config": {"split": "dev[0:8]"}}).env_config.reasoner
+    'hf'
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from envs.core.config import ConfigBase, ConfigError, helpf
+from envs.env_config import PRESETS, EnvConfig
 from envs.serving import ReasonerServiceConfig, RetrieverServiceConfig
 from train.curriculum import ScheduleConfig
 from train.warmstart import WarmStartOptions
 
 BASELINES = ("none", "mean", "value")
+
+#: ``TrainConfig.env_config`` when a config gives none (over the preset ``env`` names)
+DEFAULT_ENV_CONFIG: dict[str, Any] = {"split": "train", "max_questions": 256, "rsus_components": ["ent"],
+                                      "cache_path": "runs/train/cache.sqlite"}
+
+
+@dataclass
+class FactoryEnvConfig(ConfigBase):
+    """The settings of a custom env factory (``TrainConfig.env: 'package.module:factory'``): the ``env_config``
+    mapping as given — the factory's own, not Kairos' (``factory(config)`` gets it on every EnvRunner)."""
+
+    options: dict[str, Any] = helpf({}, "the factory's settings")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None, where: str | None = None) -> FactoryEnvConfig:
+        if data is not None and not isinstance(data, dict):
+            raise ConfigError(f"{where or cls.__name__}: env_config must be a mapping, got {data!r}")
+        return cls(options=dict(data or {}))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.options)
 
 
 @dataclass
@@ -100,9 +131,11 @@ class TrainConfig(ConfigBase):
     num_envs_per_env_runner: int = helpf(8, "env copies per runner (batched generation for the micro-world)")
     env: str = helpf("microworld", "'microworld' (kairos/MicroWorld-v0), 'hotpotqa' (kairos/HotpotQA-v0) or "
                      "'package.module:factory(config)'")
-    env_config: dict = helpf({"split": "train", "max_questions": 256, "rsus_components": ["ent"],
-                              "cache_path": "runs/train/cache.sqlite"},
-                             "env config (EnvConfig fields for the micro-world; the factory's for others)")
+    env_config: EnvConfig | FactoryEnvConfig = field(
+        default_factory=lambda: EnvConfig.from_preset("microworld", DEFAULT_ENV_CONFIG),
+        metadata={"help": "env config: EnvConfig fields over the preset 'env' names (default: {split: train, "
+                          "max_questions: 256, rsus_components: [ent], cache_path: runs/train/cache.sqlite}); a "
+                          "custom 'module:factory' gets its own settings as given"})
     algo: AlgoOptions = field(default_factory=AlgoOptions, metadata={"help": "REINFORCE options"})
     model: ModelOptions = field(default_factory=ModelOptions, metadata={"help": "policy module options"})
     curriculum: dict[str, ScheduleConfig] = field(
@@ -132,11 +165,40 @@ class TrainConfig(ConfigBase):
                                         "(envs.services: replicas, max_batch, max_wait_ms, num_cpus, "
                                         "num_gpus, resources); null: every EnvRunner builds its own reasoner"})
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None, where: str | None = None) -> TrainConfig:
+        """As :meth:`ConfigBase.from_dict`, the ``env_config`` mapping loaded over the preset ``env`` names."""
+        where = where or cls.__name__
+        data = dict(data or {})
+        env = data.get("env", "microworld")
+        raw = data.get("env_config", DEFAULT_ENV_CONFIG)
+        if not isinstance(raw, (EnvConfig, FactoryEnvConfig)):
+            if not isinstance(raw, dict):
+                raise ConfigError(f"{where}: key 'env_config' must be a mapping, got {raw!r}")
+            data["env_config"] = (EnvConfig.from_preset(env, raw, where=f"{where}.env_config")
+                                  if isinstance(env, str) and env in PRESETS else FactoryEnvConfig.from_dict(raw))
+        return super().from_dict(data, where)
+
+    def replace(self, **changes: Any) -> TrainConfig:
+        """Copy with some fields changed; another ``env`` (without a new ``env_config``) keeps the keys this run sets
+        over its preset and takes the new preset's for the rest."""
+        if changes.get("env", self.env) != self.env and "env_config" not in changes:
+            env = self.env_config
+            changes["env_config"] = (env.overrides_over(EnvConfig.from_preset(self.env)) if self.env in PRESETS
+                                     and isinstance(env, EnvConfig) else env.to_dict())
+        return super().replace(**changes)
+
+    @property
+    def kairos_env(self) -> EnvConfig:
+        """The run's :class:`EnvConfig` (a preset env; a custom factory has none: an error)."""
+        if not isinstance(self.env_config, EnvConfig):
+            raise ConfigError(f"TrainConfig: env '{self.env}' is a custom env factory, not a Kairos env preset "
+                              f"({', '.join(PRESETS)})")
+        return self.env_config
+
     def validate(self) -> None:
         if self.iterations < 1 or self.checkpoint_every < 1 or self.keep_checkpoints < 1:
             raise ConfigError("TrainConfig: iterations, checkpoint_every and keep_checkpoints must be >= 1")
-        from envs.registration import PRESETS
-
         if self.env not in PRESETS and ":" not in self.env:
             presets = ", ".join(repr(p) for p in PRESETS)
             raise ConfigError(f"TrainConfig: env must be a preset {presets} or 'module:factory', got '{self.env}'")
@@ -149,17 +211,19 @@ class TrainConfig(ConfigBase):
             raise ConfigError(f"TrainConfig.warmstart: the counterfactual warm start labels through the Kairos env "
                               f"presets ({', '.join(PRESETS)}), not a custom env factory '{self.env}' (set "
                               "warmstart.enabled: false)")
-        if self.cache_service and (self.env not in PRESETS or not self.env_config.get("cache_path")):
+        if self.cache_service and (self.env not in PRESETS or not getattr(self.env_config, "cache_path", None)):
             raise ConfigError("TrainConfig.cache_service needs an env preset and env_config.cache_path (the SQLite "
                               "file the cache server owns)")
         for svc in ("reasoner_service", "retriever_service"):
             if getattr(self, svc) is not None and self.env not in PRESETS:
                 raise ConfigError(f"TrainConfig.{svc}: services are wired into the Kairos env presets "
                                   f"({', '.join(PRESETS)}), not a custom env factory '{self.env}'")
-        if self.env in PRESETS:  # the env config is typed: a typo fails here, on the driver, naming the key
-            from envs.env_config import EnvConfig
-
-            env = EnvConfig.from_dict({**PRESETS[self.env], **self.env_config}, where="TrainConfig.env_config")
+        if (self.env in PRESETS) != isinstance(self.env_config, EnvConfig):
+            raise ConfigError(f"TrainConfig.env_config: a preset env ({', '.join(PRESETS)}) takes an EnvConfig, a "
+                              f"custom env factory its own settings; got {type(self.env_config).__name__} for "
+                              f"env '{self.env}'")
+        if isinstance(self.env_config, EnvConfig):  # typed on load (from_dict): a typo failed there, naming the key
+            env = self.env_config
             missing = sorted(set(self.curriculum) - set(env.costs))
             if missing:
                 raise ConfigError(f"TrainConfig: curriculum for cost '{missing[0]}', which the env does not charge "

@@ -1,8 +1,10 @@
 """The env factory RLlib calls on every EnvRunner (``config.environment(env=make_env, env_config=…)``).
 
 ``env_config["_env"]`` picks the env: a preset — ``microworld`` (``kairos/MicroWorld-v0``) or ``hotpotqa``
-(``kairos/HotpotQA-v0``, SmolLM2-135M) — vectorised with :func:`envs.vector.make_batched`, which batches
-generation across copies and shares one model and cache; or ``package.module:factory`` (``factory(config) -> gym.Env``; vectorised with ``SyncVectorEnv``).
+(``kairos/HotpotQA-v0``, SmolLM2-135M) — whose :class:`~envs.env_config.EnvConfig` the driver built (the preset
+applied there, :func:`train.run.runner_env_config`) and sent as ``to_dict()``; it is rebuilt here and vectorised
+with :func:`envs.vector.make_batched`, which batches generation across copies and shares one model and cache; or
+``package.module:factory`` (``factory(config) -> gym.Env``; vectorised with ``SyncVectorEnv``).
 RLlib passes ``num_envs`` in the context when it wants a vector env (``gym_env_vectorize_mode=
 "vector_entry_point"``).
 """
@@ -26,16 +28,19 @@ def make_env(ctx: dict[str, Any]):
     ctx = dict(ctx)
     n = ctx.pop("num_envs", None)
     target = ctx.pop("_env", "microworld")
-    from envs.registration import PRESETS
+    from envs.env_config import PRESETS
 
     if target in PRESETS:
-        from envs.registration import make_env as make_kairos
+        from envs.env_config import EnvConfig
 
+        config = EnvConfig.from_dict(ctx)  # the driver's EnvConfig (its preset applied there), across the boundary
         if n is None:
-            return make_kairos(target, ctx)
+            from envs.retrieval_env import RetrievalTimingEnv
+
+            return RetrievalTimingEnv(config)
         from envs.vector import make_batched
 
-        return make_batched(int(n), {**PRESETS[target], **ctx})
+        return make_batched(int(n), config)
     factory = _load(target)
     if n is None:
         return factory(ctx)

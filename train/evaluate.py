@@ -47,8 +47,8 @@ def evaluate_policy(policy_or_trigger: Any, env_config: dict | Any, question_ind
         policy_or_trigger: a Trigger (``decide(obs, info)``), a :class:`policies.rl.net.PolicyNet`, or the
             directory of an exported policy. Each episode gets its own (shallow) copy, reset with the question
             index as seed, so results do not depend on batching or on resuming.
-        env_config: :class:`envs.env_config.EnvConfig` or dict (micro-world preset defaults apply); its
-            ``costs`` are the λ the reward uses. ``max_questions`` is lifted to cover the indices.
+        env_config: :class:`envs.env_config.EnvConfig` (or a dict of its fields); its ``costs`` are the λ the
+            reward uses. ``max_questions`` is lifted to cover the indices.
         question_indices: indices into the split's question list.
         batch_size: questions in flight at once (one batched generation call per round).
         components: prebuilt env components (reuse the model across calls).
@@ -62,15 +62,13 @@ def evaluate_policy(policy_or_trigger: Any, env_config: dict | Any, question_ind
         "tokens_per_question", "seconds_per_question"}`` (+ ``episodes``).
     """
     from envs.env_config import EnvConfig
-    from envs.registration import PRESETS
     from envs.rollout import run_episodes
     from envs.vector import BatchedRetrievalEnv
 
     trigger = _as_trigger(policy_or_trigger)
-    cfg = env_config.to_dict() if isinstance(env_config, EnvConfig) else dict(env_config or {})
-    cfg = {**PRESETS["microworld"], **cfg}
-    if question_indices and cfg.get("max_questions") is not None:
-        cfg["max_questions"] = max(int(cfg["max_questions"]), max(question_indices) + 1)
+    cfg = env_config if isinstance(env_config, EnvConfig) else EnvConfig.from_dict(env_config)
+    if question_indices and cfg.max_questions is not None:
+        cfg = cfg.replace(max_questions=max(cfg.max_questions, max(question_indices) + 1))
     jsonl = Path(jsonl_path) if jsonl_path is not None else None
     from envs.core.io import read_done_rows
 
@@ -93,7 +91,7 @@ def evaluate_policy(policy_or_trigger: Any, env_config: dict | Any, question_ind
         bar = tqdm(total=len(wanted), initial=len(wanted) - len(todo), desc=progress, unit="q", leave=False)
     venv = BatchedRetrievalEnv(min(batch_size, max(1, len(todo))), cfg, components=components) if todo else None
     lam = (venv.envs[0].get_cost_weights() if venv is not None
-           else {k: float(v) for k, v in (cfg.get("costs") or {}).items()})
+           else {k: float(v) for k, v in cfg.costs.items()})
     try:
         # the one decision loop (envs.rollout: also what kairos.Pipeline runs); a row per finished question
         for ev in run_episodes(venv.envs if venv is not None else [], trigger, todo,

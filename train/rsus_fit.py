@@ -16,11 +16,12 @@ Example (shell)::
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from envs.core.config import ConfigBase, ConfigError, helpf
+from envs.env_config import EnvConfig
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +31,11 @@ class RSUSFitConfig(ConfigBase):
     """What to fit RSUS weights on."""
 
     name: str = helpf("microworld_dev", "name of the weight set (saved as <folder>/<name>.json)")
-    env: dict = helpf({"split": "dev", "rsus_components": ["ent", "cons"], "signals": ["output", "rsus"]},
-                      "env config (EnvConfig fields; micro-world: the counterfactual labels need its cache replays)")
+    env: EnvConfig = field(
+        default_factory=lambda: EnvConfig.from_dict({"split": "dev", "rsus_components": ["ent", "cons"],
+                                                     "signals": ["output", "rsus"]}),
+        metadata={"help": "env config (EnvConfig fields; micro-world: the counterfactual labels need its cache "
+                          "replays; default: {split: dev, rsus_components: [ent, cons], signals: [output, rsus]})"})
     questions: str = helpf("0:100", "a 'start:stop' slice of the env split (the validation questions)")
     lam: float = helpf(0.1, "λ of retrieval calls in the counterfactual rewards")
     grid_step: float = helpf(0.05, "resolution of the weight-simplex grid")
@@ -39,10 +43,7 @@ class RSUSFitConfig(ConfigBase):
     labels_dir: str = helpf("runs/rsus_weights/labels", "where the counterfactual episodes are written (resumable)")
 
     def validate(self) -> None:
-        from envs.env_config import EnvConfig
-
-        env = EnvConfig.from_dict(self.env, where="RSUSFitConfig.env")
-        if "rsus" not in env.signals:
+        if "rsus" not in self.env.signals:
             raise ConfigError("RSUSFitConfig.env: signals must include 'rsus' (the components come from its field)")
         if self.lam < 0 or not 0 < self.grid_step <= 0.5:
             raise ConfigError("RSUSFitConfig: need lam >= 0 and 0 < grid_step <= 0.5")
@@ -56,12 +57,11 @@ def fit_rsus(cfg: RSUSFitConfig, progress: bool = True) -> dict[str, Any]:
     import numpy as np
 
     from agents.signals.rsus import PAPER_WEIGHTS, fit_weights, rsus_correlation, save_rsus_weights
-    from envs.env_config import EnvConfig
     from train.warmstart import WarmStartOptions, counterfactual_labels
 
-    env = EnvConfig.from_dict(cfg.env)
+    env = cfg.env
     a, b = (int(x) for x in cfg.questions.split(":"))
-    data = counterfactual_labels(cfg.env, list(range(a, b)), WarmStartOptions(behavior="never"), cfg.lam,
+    data = counterfactual_labels(env, list(range(a, b)), WarmStartOptions(behavior="never"), cfg.lam,
                                  Path(cfg.labels_dir) / cfg.name, progress=progress)
     r = data["obs"]["rsus"].astype(np.float64)
     comps, avail, target = r[:, 1:4], r[:, 4:7], data["delta"]

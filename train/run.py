@@ -29,6 +29,13 @@ ENV_NAME = "kairos_train_env"  # registered with ray.tune to train.env_factory.m
 
 
 # ---------------------------------------------------------------- config
+def runner_env_config(cfg: TrainConfig, services: dict | None = None) -> dict[str, Any]:
+    """What every EnvRunner's env factory gets (:func:`train.env_factory.make_env`): the run's env config as it
+    crosses the process boundary (``to_dict()``; a preset's already applied here, on the driver), the env to build
+    (``_env``) and the specs of the running ``services``."""
+    return {**cfg.env_config.to_dict(), "_env": cfg.env, **(services or {})}
+
+
 def build_algo_config(cfg: TrainConfig, services: dict | None = None):
     """The :class:`train.reinforce.ReinforceConfig` of a run (``services``: env-config keys naming running
     services the EnvRunners' envs connect to — ``reasoner_service``, ``retriever_service``, ``cache_service``)."""
@@ -44,7 +51,7 @@ def build_algo_config(cfg: TrainConfig, services: dict | None = None):
     model_config = build_model_config(cfg)
     return (
         ReinforceConfig()
-        .environment(env=ENV_NAME, env_config={**cfg.env_config, "_env": cfg.env, **(services or {})})
+        .environment(env=ENV_NAME, env_config=runner_env_config(cfg, services))
         .env_runners(num_env_runners=cfg.num_env_runners, num_envs_per_env_runner=cfg.num_envs_per_env_runner,
                      gym_env_vectorize_mode="vector_entry_point", batch_mode="complete_episodes",
                      num_cpus_per_env_runner=1, num_gpus_per_env_runner=cfg.num_gpus_per_env_runner,
@@ -164,7 +171,7 @@ def probe_env_in_worker(cfg: TrainConfig) -> RemoteWorkerError | None:
         env = make_env(ctx)
         env.close()
 
-    ctx = {**cfg.env_config, "_env": cfg.env}
+    ctx = runner_env_config(cfg)
     try:
         ray.get(ray.remote(num_cpus=0)(build).remote(ctx), timeout=600)
     except Exception as e:  # noqa: BLE001 - whatever the worker raised is what the user must see
@@ -298,26 +305,20 @@ def run_warmstart_of(cfg: TrainConfig, show_progress: bool = True) -> Path:
     at the curriculum's final λ, the policy fitted with the run's model options; ``<out_dir>/warmstart``."""
     from train.warmstart import run_warmstart
 
+    env = cfg.kairos_env  # the run's env (its preset applied on load), as the env runners build it
     lam = cfg.curriculum["retrieval_calls"].end if "retrieval_calls" in cfg.curriculum else \
-        float((cfg.env_config.get("costs") or {}).get("retrieval_calls", 0.1))
-    from envs.registration import PRESETS
-
-    # the run's env preset (e.g. hotpotqa: task, reasoner hf) under its env_config, as the env runners build it
-    env_config = {k: v for k, v in {**PRESETS.get(cfg.env, {}), **cfg.env_config}.items() if k != "max_questions"}
-    return run_warmstart(env_config, cfg.warmstart, Path(cfg.out_dir) / "warmstart",
+        float(env.costs.get("retrieval_calls", 0.1))
+    return run_warmstart(env.replace(max_questions=None), cfg.warmstart, Path(cfg.out_dir) / "warmstart",
                          model_config=build_model_config(cfg), lam=lam, seed=cfg.seed, progress=show_progress)
 
 
 def policy_env_config(cfg: TrainConfig) -> dict[str, Any] | None:
-    """The env config a run's policy is trained in (its preset under ``env_config``, as an ``EnvConfig`` dict), which
+    """The env config a run's policy is trained in (its EnvConfig, the preset applied on load, as a dict), which
     every export records (``spec.json``'s ``env_config``: ``kairos.Pipeline.from_policy`` rebuilds the env from it);
     ``None`` for a custom env factory."""
     from envs.env_config import EnvConfig
-    from envs.registration import PRESETS
 
-    if cfg.env not in PRESETS:
-        return None
-    return EnvConfig.from_dict({**PRESETS[cfg.env], **cfg.env_config}).to_dict()
+    return cfg.env_config.to_dict() if isinstance(cfg.env_config, EnvConfig) else None
 
 
 def build_model_config(cfg: TrainConfig) -> dict[str, Any]:
@@ -327,7 +328,16 @@ def build_model_config(cfg: TrainConfig) -> dict[str, Any]:
             "ff_dim": m.ff_dim, "normalize": m.normalize,
             "explore_floor": m.explore_floor, "explore_mix": m.explore_mix, "freeze": list(m.freeze),
             "drop_fields": list(m.drop_fields), "content_dim": m.content_dim,
-            "query_modes": list(cfg.env_config.get("query_modes", []))}
+            "query_modes": _query_modes(cfg)}
+
+
+def _query_modes(cfg: TrainConfig) -> list[str]:
+    """The env's query modes (the names of the query head's outputs): a preset env's ``query_modes`` — its default
+    too — or a custom factory's ``query_modes`` setting ([] without one)."""
+    from envs.env_config import EnvConfig
+
+    env = cfg.env_config
+    return list(env.query_modes) if isinstance(env, EnvConfig) else list(env.to_dict().get("query_modes", []))
 
 
 # ---------------------------------------------------------------- the run
@@ -351,7 +361,7 @@ def train(cfg: TrainConfig, resume: bool = False, stop_after: int | None = None,
     out = Path(cfg.out_dir)
     ckpt_dir = out / "checkpoints"
     out.mkdir(parents=True, exist_ok=True)
-    cache = cfg.env_config.get("cache_path")
+    cache = cfg.env_config.to_dict().get("cache_path")
     if cache:
         Path(cache).parent.mkdir(parents=True, exist_ok=True)
     write_json(out / "config.json", cfg.to_dict())
@@ -451,8 +461,8 @@ def train(cfg: TrainConfig, resume: bool = False, stop_after: int | None = None,
     if cfg.eval_questions > 0 and cfg.env == "microworld":
         from train.evaluate import evaluate_policy
 
-        env_cfg = {k: v for k, v in cfg.env_config.items() if k != "max_questions"}
-        env_cfg.update(split="dev", costs={k: s.end for k, s in cfg.curriculum.items()})
+        env_cfg = cfg.kairos_env.replace(max_questions=None, split="dev",
+                                         costs={k: s.end for k, s in cfg.curriculum.items()})
         from policies.rl.export import LearnedTrigger
 
         summary["dev_eval"] = evaluate_policy(LearnedTrigger.load(out / "policy_trigger"), env_cfg,
@@ -469,18 +479,15 @@ def start_services(cfg: TrainConfig) -> dict[str, dict]:
     if cfg.cache_service:
         from envs.cache_service import start_cache_service
 
-        out["cache_service"] = start_cache_service(cfg.env_config["cache_path"])
-    from envs.registration import PRESETS
-
+        out["cache_service"] = start_cache_service(cfg.kairos_env.cache_path)
     if cfg.retriever_service is not None:
         from envs.services import start_retriever_service
 
-        out["retriever_service"] = start_retriever_service({**PRESETS[cfg.env], **cfg.env_config},
-                                                           cfg.retriever_service)
+        out["retriever_service"] = start_retriever_service(cfg.kairos_env, cfg.retriever_service)
     if cfg.reasoner_service is not None:
         from envs.services import start_service
 
-        out["reasoner_service"] = start_service({**PRESETS[cfg.env], **cfg.env_config}, cfg.reasoner_service)
+        out["reasoner_service"] = start_service(cfg.kairos_env, cfg.reasoner_service)
     return out
 
 

@@ -28,9 +28,11 @@ fixed trigger on held-out questions, and REINFORCE from it +0.141.
 
 Example (the micro-world's labels for the first 64 training questions, in seconds)::
 
+    >>> from envs.env_config import EnvConfig  # doctest: +SKIP
     >>> from train.warmstart import WarmStartOptions, run_warmstart  # doctest: +SKIP
-    >>> run_warmstart({"split": "train", "rsus_components": ["ent"], "signals": ["pulse", "output", "rsus", "content"]},
-    ...               WarmStartOptions(enabled=True, questions=64), "runs/ws", model_config={})  # doctest: +SKIP
+    >>> env = EnvConfig.from_preset("microworld", {"split": "train", "rsus_components": ["ent"],
+    ...                                            "signals": ["pulse", "output", "rsus", "content"]})  # doctest: +SKIP
+    >>> run_warmstart(env, WarmStartOptions(enabled=True, questions=64), "runs/ws", model_config={})  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -39,11 +41,14 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from envs.core.config import ConfigBase, ConfigError, helpf
+
+if TYPE_CHECKING:
+    from envs.env_config import EnvConfig
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +151,7 @@ class RetrieveWithModeAt:
 
 
 # ---------------------------------------------------------------- labels
-def counterfactual_labels(env_config: dict[str, Any], questions: list[int], opts: WarmStartOptions, lam: float,
+def counterfactual_labels(env_config: EnvConfig, questions: list[int], opts: WarmStartOptions, lam: float,
                           out_dir: Path, components=None, progress: bool = True) -> dict[str, Any]:
     """Observations and counterfactual labels of π₀'s decisions on ``questions`` (see the module docstring).
 
@@ -157,14 +162,11 @@ def counterfactual_labels(env_config: dict[str, Any], questions: list[int], opts
     shards, each labelled by its own process (its own reasoner; the trajectory cache is shared through its
     SQLite file) and the rows concatenated in question order: a question's labels depend on nothing but the
     question (greedy decoding), so they equal the one-process labels; the observations are equal up to the float
-    rounding of a batched forward pass (as for another ``batch_envs``)."""
+    rounding of a batched forward pass (as for another ``batch_envs``). ``env_config``: the env (its own λ of
+    retrieval calls replaced by ``lam``; the whole split)."""
     from envs.components import build_components
-    from envs.env_config import EnvConfig
-    from envs.registration import PRESETS
 
-    cfg = EnvConfig.from_dict({**PRESETS["microworld"], **env_config,
-                               "costs": {**(env_config.get("costs") or {}), "retrieval_calls": lam},
-                               "max_questions": None})
+    cfg = env_config.replace(costs={**env_config.costs, "retrieval_calls": lam}, max_questions=None)
     comps = components or build_components(cfg)
     if opts.behavior == "threshold" and opts.signal not in comps.scalar_names():
         raise ConfigError(f"WarmStartOptions.signal '{opts.signal}' is not produced by this env (available: "
@@ -378,7 +380,7 @@ def fit_policy(data: dict[str, Any], spec, opts: WarmStartOptions, seed: int = 0
 
 
 # ---------------------------------------------------------------- the whole step
-def run_warmstart(env_config: dict[str, Any], opts: WarmStartOptions, out_dir: str | Path,
+def run_warmstart(env_config: EnvConfig, opts: WarmStartOptions, out_dir: str | Path,
                   model_config: dict[str, Any], lam: float = 0.1, seed: int = 0, progress: bool = True) -> Path:
     """Label, fit and export; returns the exported policy directory (``<out_dir>/policy``). A finished
     warm start (its ``summary.json`` present) is reused; an interrupted one resumes its label files."""
@@ -386,14 +388,12 @@ def run_warmstart(env_config: dict[str, Any], opts: WarmStartOptions, out_dir: s
 
     from envs.components import build_components
     from envs.core.io import write_json
-    from envs.env_config import EnvConfig
-    from envs.registration import PRESETS
     from envs.retrieval_env import RetrievalTimingEnv
     from policies.rl.export import export_policy
     from policies.rl.module import spec_from_spaces
 
     out = Path(out_dir)
-    cfg = EnvConfig.from_dict({**PRESETS["microworld"], **env_config, "max_questions": None})
+    cfg = env_config.replace(max_questions=None)
     if (out / "summary.json").is_file() and (out / "policy" / "spec.json").is_file():
         import json
 
@@ -409,7 +409,7 @@ def run_warmstart(env_config: dict[str, Any], opts: WarmStartOptions, out_dir: s
     comps = build_components(cfg)
     n_split = len(comps.questions)
     n = n_split if opts.questions is None else min(int(opts.questions), n_split)
-    data = counterfactual_labels(cfg.to_dict(), list(range(n)), opts, lam, out, components=comps, progress=progress)
+    data = counterfactual_labels(cfg, list(range(n)), opts, lam, out, components=comps, progress=progress)
     env = RetrievalTimingEnv(cfg, components=comps)
     spec = spec_from_spaces(env.observation_space, env.action_space, model_config)
     env.close()

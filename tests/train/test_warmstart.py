@@ -7,10 +7,16 @@ import numpy as np
 import pytest
 
 from envs.core.config import ConfigError
+from envs.env_config import EnvConfig
 from train.warmstart import WarmStartOptions, counterfactual_labels, decision_gain, fit_policy
 
 ENV = {"split": "train", "rsus_components": ["ent"], "signals": ["pulse", "output", "rsus", "content"],
        "query_modes": ["info_need", "step"]}
+
+
+def _env(cfg: dict) -> EnvConfig:
+    """The micro-world env of ``cfg`` (the labels take a typed EnvConfig, built once with its preset)."""
+    return EnvConfig.from_preset("microworld", cfg)
 
 
 def test_labels_equal_brute_force_on_the_cached_decision_tree(tmp_path):
@@ -20,8 +26,8 @@ def test_labels_equal_brute_force_on_the_cached_decision_tree(tmp_path):
     env_cfg = {**ENV, "cache_path": str(tmp_path / "c.sqlite")}
     lam = 0.1
     qs = [0, 1, 2, 3]
-    data = counterfactual_labels(env_cfg, qs, WarmStartOptions(enabled=True, batch_envs=4), lam, tmp_path / "ws",
-                                 progress=False)
+    data = counterfactual_labels(_env(env_cfg), qs, WarmStartOptions(enabled=True, batch_envs=4), lam,
+                                 tmp_path / "ws", progress=False)
     env = make_env("microworld", {**env_cfg, "costs": {"retrieval_calls": lam}})
     for q in qs:
         leaves = {leaf.actions: leaf.quality - lam * leaf.calls for leaf in enumerate_leaves(env, q)}
@@ -49,8 +55,8 @@ def test_querygen_labels_equal_brute_force_per_query_mode(tmp_path):
     # m, closed book elsewhere), not every multi-retrieval branch (3^steps)
     env_cfg = {**ENV, "cache_path": str(tmp_path / "c.sqlite"), "querygen": True, "max_retrievals_per_question": 1}
     lam, qs = 0.1, [0, 1, 2, 3]
-    data = counterfactual_labels(env_cfg, qs, WarmStartOptions(enabled=True, batch_envs=4), lam, tmp_path / "ws",
-                                 progress=False)
+    data = counterfactual_labels(_env(env_cfg), qs, WarmStartOptions(enabled=True, batch_envs=4), lam,
+                                 tmp_path / "ws", progress=False)
     assert data["modes"] == ["info_need", "step"] and data["delta_modes"].shape == (len(data["y"]), 2)
     venv = BatchedRetrievalEnv(4, {**env_cfg, "costs": {"retrieval_calls": lam}})
     trees = enumerate_leaves_batched(venv, qs, modes=[0, 1])
@@ -67,7 +73,7 @@ def test_querygen_labels_equal_brute_force_per_query_mode(tmp_path):
                 assert data["delta_modes"][i, m] == pytest.approx(leaves[leaf] - leaves[never]), (q, k, m)
             assert data["delta"][i] == pytest.approx(data["delta_modes"][i].max())
             assert data["y"][i] == float(data["delta"][i] > 0)
-    plain = counterfactual_labels({**env_cfg, "querygen": False}, qs, WarmStartOptions(enabled=True, batch_envs=4),
+    plain = counterfactual_labels(_env({**env_cfg, "querygen": False}), qs, WarmStartOptions(enabled=True, batch_envs=4),
                                   lam, tmp_path / "ws_plain", progress=False)
     np.testing.assert_allclose(plain["delta"], data["delta_modes"][:, 0])
     assert plain["delta_modes"].shape[1] == 1
@@ -79,9 +85,9 @@ def test_labels_from_worker_processes_equal_the_one_process_labels(tmp_path):
     order."""
     env_cfg = {**ENV, "querygen": True}
     qs, lam = [0, 1, 2, 3, 4], 0.1
-    one = counterfactual_labels({**env_cfg, "cache_path": str(tmp_path / "a.sqlite")}, qs,
+    one = counterfactual_labels(_env({**env_cfg, "cache_path": str(tmp_path / "a.sqlite")}), qs,
                                 WarmStartOptions(enabled=True, batch_envs=4), lam, tmp_path / "one", progress=False)
-    two = counterfactual_labels({**env_cfg, "cache_path": str(tmp_path / "b.sqlite")}, qs,
+    two = counterfactual_labels(_env({**env_cfg, "cache_path": str(tmp_path / "b.sqlite")}), qs,
                                 WarmStartOptions(enabled=True, batch_envs=4, workers=2), lam, tmp_path / "two",
                                 progress=False)
     assert sorted(p.name for p in (tmp_path / "two").iterdir()) == ["shard0", "shard1"]
@@ -98,7 +104,7 @@ def test_labels_from_worker_processes_equal_the_one_process_labels(tmp_path):
         WarmStartOptions.from_dict({"enabled": True, "workers": 0})
     # a question outside the split is an error on the driver, before a worker starts
     with pytest.raises(ConfigError, match=r"question indices \[1000000\] are outside the 'train' split"):
-        counterfactual_labels({**env_cfg, "cache_path": str(tmp_path / "c.sqlite")}, [0, 1_000_000],
+        counterfactual_labels(_env({**env_cfg, "cache_path": str(tmp_path / "c.sqlite")}), [0, 1_000_000],
                               WarmStartOptions(enabled=True, workers=2), lam, tmp_path / "bad", progress=False)
     assert not (tmp_path / "bad").exists()
 
@@ -106,7 +112,7 @@ def test_labels_from_worker_processes_equal_the_one_process_labels(tmp_path):
 def test_threshold_behavior_flips_one_decision(tmp_path):
     opts = WarmStartOptions(enabled=True, behavior="threshold", signal="minprob", direction="below", threshold=0.9,
                             batch_envs=4)
-    data = counterfactual_labels({**ENV, "cache_path": str(tmp_path / "c.sqlite")}, [0, 1, 2, 3, 4, 5], opts, 0.1,
+    data = counterfactual_labels(_env({**ENV, "cache_path": str(tmp_path / "c.sqlite")}), [0, 1, 2, 3, 4, 5], opts, 0.1,
                                  tmp_path / "ws", progress=False)
     assert set(np.unique(data["base_action"])) <= {0, 1}
     # every label is the reward difference of two branches that differ in one decision: a multiple of λ apart from
@@ -114,7 +120,7 @@ def test_threshold_behavior_flips_one_decision(tmp_path):
     frac = np.abs(data["delta"] * 10 - np.round(data["delta"] * 10))
     assert np.all(frac < 1e-6)
     with pytest.raises(ConfigError, match="signal 'nope' is not produced"):
-        counterfactual_labels(ENV, [0], WarmStartOptions(enabled=True, behavior="threshold", signal="nope",
+        counterfactual_labels(_env(ENV), [0], WarmStartOptions(enabled=True, behavior="threshold", signal="nope",
                                                          threshold=0.5), 0.1, tmp_path / "x", progress=False)
 
 
