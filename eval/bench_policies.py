@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from envs.core.config import ConfigBase, ConfigError, helpf, read_yaml_mapping
-from envs.env_config import EnvConfig
+from envs.env_config import EnvConfig, EnvOverrides
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +88,9 @@ class MethodSpec(ConfigBase):
     select_on_dev: bool = helpf(False, "learned: pick, by dev reward, among path and the run's snapshots "
                                        "(<run>/snapshots/iter_*; train with snapshot_every) — model selection on "
                                        "dev, as thresholds are calibrated on dev")
-    env: dict = helpf({}, "env config overrides for this method only (e.g. {injection: front} for PUlSE-front); "
-                          "it gets its own components and trajectory-cache namespace")
+    env: EnvOverrides = field(default_factory=EnvOverrides, metadata={"help": (
+        "env config overrides for this method only (EnvConfig keys, e.g. {injection: front} for PUlSE-front; a "
+        "key replaces the bench env's value); it gets its own components and trajectory-cache namespace")})
     querygen: bool = helpf(False, "learned: also choose the query mode with the policy's QueryGen head (the env "
                                   "runs with querygen on; path must hold an export with the query head)")
     query_mode: str | None = helpf(None, "retrieve with this query formulation (one of env.query_modes; null: "
@@ -100,6 +101,12 @@ class MethodSpec(ConfigBase):
     curve: bool = helpf(True, "threshold: also sweep the grid on test for the plot's curve (when test_curves is on)")
     calibrate: bool = helpf(False, "learned: calibrate the retrieve-probability threshold on dev (grid "
                                    "'thresholds', default 0.05…0.95) instead of the greedy 0.5")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None, where: str | None = None) -> MethodSpec:
+        """As :meth:`ConfigBase.from_dict`; errors in a method name it (``BenchConfig.methods['X'].env…``)."""
+        name = data.get("name") if isinstance(data, dict) else None
+        return super().from_dict(data, f"{where}['{name}']" if where and name else where)
 
     def validate(self) -> None:
         if not self.name:
@@ -142,8 +149,10 @@ class BenchConfig(ConfigBase):
 
     name: str = helpf("microworld", "benchmark name (report title)")
     out_dir: str = helpf("runs/bench/microworld", "output directory (per-question JSONL, summary, reports)")
-    env: dict = helpf({"task": "microworld", "split": "dev", "rsus_components": ["ent"]},
-                      "env config (EnvConfig fields); its split holds both the dev and the test questions")
+    env: EnvConfig = field(
+        default_factory=lambda: EnvConfig.from_dict({"task": "microworld", "split": "dev", "rsus_components": ["ent"]}),
+        metadata={"help": "env config (EnvConfig fields; default: {task: microworld, split: dev, rsus_components: "
+                          "[ent]}); its split holds both the dev and the test questions"})
     dev: str = helpf("0:100", "calibration questions: a 'start:stop' slice of the split")
     test: str = helpf("100:400", "evaluation questions: a 'start:stop' slice, disjoint from dev")
     lambda_retrieval: float = helpf(0.1, "λ of retrieval calls in the reward used to calibrate and report")
@@ -169,12 +178,11 @@ class BenchConfig(ConfigBase):
         for m in self.methods:
             if m.kind == "random" and m.match is not None and m.match not in names:
                 raise ConfigError(f"BenchConfig: method '{m.name}' matches unknown method '{m.match}'")
-        # the env settings are typed: a typo or bad value fails here, on load, naming the key
-        env = EnvConfig.from_dict(self.env, where="BenchConfig.env")
+        # the env and each method's overrides are typed (a typo or bad value failed on load, naming the key); an
+        # override must also make a valid env with the bench's
         for m in self.methods:
-            if m.env:
-                EnvConfig.from_dict({**self.env, **m.env}, where=f"BenchConfig.methods['{m.name}'].env")
-        modes = list(env.query_modes)
+            self.env.with_overrides(m.env, where=f"BenchConfig.methods['{m.name}'].env")
+        modes = list(self.env.query_modes)
         for m in self.methods:
             for q in ([m.query_mode] if m.query_mode else []) + [q for q in m.query_modes if q != "all"]:
                 if q not in modes:
@@ -252,17 +260,21 @@ def retrieval_rate(rows: list[dict]) -> float:
 
 
 # ---------------------------------------------------------------- the run
+def bench_env_config(cfg: BenchConfig, method: MethodSpec | None = None) -> EnvConfig:
+    """The env a benchmark runs: its ``env`` with the λ of retrieval calls set to ``lambda_retrieval`` — and, for a
+    ``method``, that method's ``env`` overrides applied."""
+    env = cfg.env.replace(costs={**cfg.env.costs, "retrieval_calls": cfg.lambda_retrieval})
+    return env.with_overrides(method.env) if method is not None else env
+
+
 class Runner:
     """Runs triggers through the env with shared components; one resumable JSONL per (method, split)."""
 
     def __init__(self, cfg: BenchConfig, components=None):
         from envs.components import build_components
-        from envs.env_config import EnvConfig
 
         self.cfg = cfg
-        env = dict(cfg.env)
-        env["costs"] = {**(env.get("costs") or {}), "retrieval_calls": cfg.lambda_retrieval}
-        self.env_config = EnvConfig.from_dict(env)
+        self.env_config = bench_env_config(cfg)
         self.components = components or build_components(self.env_config)
         self.scalars = set(self.components.scalar_names())
         self.out = Path(cfg.out_dir)
@@ -290,31 +302,32 @@ class Runner:
         else:
             write_json(path, fp)
 
-    def _with_overrides(self, env: dict | None):
+    def _with_overrides(self, env: EnvOverrides | None):
         """(env config, components) of the bench env with a method's overrides (built once per override)."""
         if not env:
             return self.env_config, self.components
-        key = json.dumps(env, sort_keys=True)
+        key = json.dumps(env.to_dict(), sort_keys=True)
         if key not in self._variants:
             from envs.components import build_components
 
-            cfg = self.env_config.replace(**env)
+            cfg = self.env_config.with_overrides(env)
             self._variants[key] = (cfg, build_components(cfg))
         return self._variants[key]
 
-    def scalars_of(self, env: dict | None) -> set[str]:
+    def scalars_of(self, env: EnvOverrides | None) -> set[str]:
         """The scalar signals the bench env produces with a method's overrides."""
         return set(self._with_overrides(env)[1].scalar_names()) if env else self.scalars
 
     @staticmethod
-    def env_tag(env: dict) -> str:
-        """A short stable name of a method's env overrides (its per-question files are its own)."""
+    def env_tag(env: EnvOverrides) -> str:
+        """A short stable name of a method's env overrides (its per-question files are its own): a hash of the keys
+        as the config gives them."""
         import hashlib
 
-        return hashlib.sha1(json.dumps(env, sort_keys=True).encode()).hexdigest()[:8]
+        return hashlib.sha1(json.dumps(env.to_dict(), sort_keys=True).encode()).hexdigest()[:8]
 
     def run(self, trigger, split: str, questions: range, tag: str | None = None, querygen: bool = False,
-            env: dict | None = None, mode: str | None = None) -> dict[str, Any]:
+            env: EnvOverrides | None = None, mode: str | None = None) -> dict[str, Any]:
         """One (method, split) run. ``mode``: retrieve with that query formulation (the env runs with QueryGen
         actions, the trigger's mode fixed; same trajectory-cache namespace as the env's default mode)."""
         from train.evaluate import evaluate_policy
@@ -387,11 +400,7 @@ def evaluated_policy(out_dir: str | Path, method: str, config: str | Path | None
         raise ValueError(f"method '{method}' (kind {m.kind}) is not a policy an application can run: Random is "
                          "matched to another method's rate over seeds, the oracles read gold labels; pick a trigger "
                          "or a learned method")
-    env = dict(cfg.env)
-    env["costs"] = {**(env.get("costs") or {}), "retrieval_calls": cfg.lambda_retrieval}  # as Runner builds it
-    env_config = EnvConfig.from_dict(env)
-    if m.env:
-        env_config = env_config.replace(**m.env)
+    env_config = bench_env_config(cfg, m)  # as the Runner builds it
     calib = summary.get("calibration", {}).get(method, {})
     mode, threshold = (m.query_mode or None), None
     if m.kind == "threshold":
@@ -415,9 +424,9 @@ def _slug(text: str) -> str:
 
 def runner_probe_names(cfg: BenchConfig) -> list[str]:
     """Signal names the bench env's probes add (``env.probes`` keys, and those of method overrides)."""
-    names = list((cfg.env.get("probes") or {}))
+    names = list(cfg.env.probes)
     for m in cfg.methods:
-        names += list((m.env or {}).get("probes") or {})
+        names += list(m.env.get("probes") or {})
     return names
 
 
@@ -525,7 +534,7 @@ def _run_method(m: MethodSpec, runner: Runner, cot_dev, dev, test, results, cali
                  "fixed by the config" if m.fixed_threshold is not None else "calibrated on dev")
         res = runner.run(make_trigger(m, threshold=chosen), "test", test, tag=_tag(m.name, mode, f"{chosen:.6g}"),
                          env=m.env, mode=mode)
-        res["threshold"], res["query_mode"] = chosen, mode or ((m.env or {}).get("query_modes") or [None])[0]
+        res["threshold"], res["query_mode"] = chosen, mode or (m.env.get("query_modes") or [None])[0]
         if runner.cfg.test_curves and m.curve and grid:
             curve = []
             for t in sorted(set(grid) | {chosen}):
@@ -561,10 +570,10 @@ def _run_method(m: MethodSpec, runner: Runner, cot_dev, dev, test, results, cali
         res["threshold"] = chosen
         return res
     if m.kind == "single" and not m.query_mode:  # Single RAG as published: ONE retrieval, the question as query
-        env = dict(m.env or {})
+        env = m.env
         qm = list(env.get("query_modes") or runner.env_config.query_modes)
         if "question" not in qm:  # the question mode only for this method (its own trajectory-cache namespace)
-            env["query_modes"] = qm + ["question"]
+            env = env.updated(query_modes=qm + ["question"])
         return runner.run(make_trigger(m), "test", test, tag=f"{m.name}[question]", env=env, mode="question")
     return runner.run(make_trigger(m), "test", test, tag=_tag(m.name, modes[0], "greedy") if modes[0] else m.name,
                       querygen=m.querygen, env=m.env, mode=modes[0])
