@@ -138,3 +138,40 @@ def test_namespace_holds_content_not_paths(tmp_path):
     meta = probe / "probe.json"
     meta.write_text(meta.read_text().replace('"threshold"', '"threshold" ', 1))  # "retrained": other bytes
     assert build_components(EnvConfig(split="dev", max_questions=2, probes={"p": str(probe)})).namespace != with_probe
+
+
+#: trajectory-cache namespaces of micro-world envs, recorded before the env config was typed (issue 35): a change
+#: here invalidates every existing cache of such an env — only ever on purpose (a new RECORD_VERSION, a new artifact)
+PINNED_NAMESPACES = {
+    "default": ({}, "ecd93ede60aecbf1"),
+    # TrainConfig's default env (the microworld preset + its env_config defaults)
+    "train-default": ({"task": "microworld", "reasoner": "micro", "retriever": "bm25", "split": "train",
+                       "max_questions": 256, "rsus_components": ["ent"], "cache_path": "runs/train/cache.sqlite"},
+                      "6c46ba38dd9c5f23"),
+    # RSUS settings: the keys a config sets enter (an unset key stays out, as before the settings were typed)
+    "rsus-options": ({"rsus_components": ["ent", "cons"], "rsus_options": {"cons_only_at_markers": False,
+                                                                            "n_samples": 3, "agreement": "jaccard",
+                                                                            "bm25_k": 2}}, "21e387c78015a2b3"),
+    "rsus-weights": ({"rsus_components": ["ent", "cons"], "rsus_options": {"weights": "paper"}}, "af82930dacf6c742"),
+    # the fact-disjoint condition selects questions: not part of the namespace
+    "fact-holdout": ({"fact_holdout": {"share": 0.33, "seed": 0, "keep": "train"}}, "ecd93ede60aecbf1"),
+    "querygen": ({"querygen": True, "query_modes": ["step", "info_need"],
+                  "signals": ["pulse", "output", "rsus", "content"]}, "b7bfb5498bf8f08a"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PINNED_NAMESPACES))
+def test_the_namespace_of_a_micro_world_env_is_pinned(name, monkeypatch):
+    """The namespace is a hash of the EnvConfig's outcome fields (``envs.components._namespace``); typing the config
+    (nested settings as dataclasses, presets applied on load) must not change it."""
+    import agents.query
+    from envs.components import build_components
+    from envs.env_config import EnvConfig
+
+    monkeypatch.setattr(agents.query, "tagger_name", lambda: "pattern")  # the POS tagger installed where recorded
+    cfg, expected = PINNED_NAMESPACES[name]
+    assert build_components(EnvConfig.from_dict(cfg)).namespace == expected
+    if name == "train-default":
+        from train.config import TrainConfig
+
+        assert build_components(TrainConfig().env_config).namespace == expected

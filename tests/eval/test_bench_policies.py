@@ -267,3 +267,17 @@ def test_recall_at_k_of_the_ranked_lists_per_call():
     assert _recall_at_k(runner, [{"question_index": 0, "decisions": [{"action": [0, 0]}]}]) is None
     rows[1]["decisions"][0].pop("ranked_ids")
     assert _recall_at_k(runner, rows) is None
+
+
+def test_a_method_env_tag_hashes_the_keys_as_given():
+    """A method's per-question files are named by a hash of its env overrides: typing them keeps the names (and so
+    the finished results an out_dir holds)."""
+    from eval.bench_policies import Runner
+
+    cfg = BenchConfig.from_dict({"methods": [
+        {"name": "CoT", "kind": "never"}, {"name": "F", "kind": "always", "env": {"injection": "front"}},
+        {"name": "D", "kind": "always", "env": {"signals": ["output", "rind"], "query_modes": ["qfs"]}},
+        {"name": "R", "kind": "always", "env": {"rsus_components": ["ent", "cons"],
+                                                "rsus_options": {"cons_only_at_markers": False}}}]})
+    assert [Runner.env_tag(m.env) for m in cfg.methods[1:]] == ["c22355d7", "e50b0bb9", "7cc371fe"]
+    assert BenchConfig.from_dict(cfg.to_dict()) == cfg

@@ -160,14 +160,32 @@ def test_config_yaml_and_unknown_keys(tmp_path):
 
 
 def test_env_factory_builds_batched_preset_envs():
-    """RLlib's env creator: a preset name gives the batched Kairos env with the preset's defaults."""
+    """RLlib's env creator: the driver's EnvConfig (its preset applied on load) crosses to the EnvRunner as
+    ``to_dict()`` and is rebuilt there as it was — the batched Kairos env."""
     from envs.vector import BatchedRetrievalEnv
     from train.env_factory import make_env
+    from train.run import runner_env_config
 
-    env = make_env({"_env": "microworld", "num_envs": 2, "split": "test", "rsus_components": ["ent"],
-                    "signals": ["output"]})
+    cfg = TrainConfig.from_dict({"env_config": {"split": "test", "rsus_components": ["ent"], "signals": ["output"],
+                                                "cache_path": None}})
+    ctx = runner_env_config(cfg)
+    assert ctx["_env"] == "microworld" and ctx["reasoner"] == "micro"  # the preset's, applied on the driver
+    env = make_env({**ctx, "num_envs": 2})
     assert isinstance(env, BatchedRetrievalEnv) and env.num_envs == 2
-    assert env.envs[0].config.task == "microworld" and env.envs[0].config.reasoner == "micro"
+    assert env.envs[0].config == cfg.env_config
+
+
+def test_model_config_names_the_env_query_modes_default_included():
+    """The query head's mode names are the env's query_modes — its default list too (it used to be [] unless the
+    YAML set the key), a custom factory's setting, or []."""
+    from envs.env_config import EnvConfig
+    from train.run import build_model_config
+
+    assert build_model_config(TrainConfig())["query_modes"] == EnvConfig().query_modes
+    cfg = TrainConfig.from_dict({"env_config": {"query_modes": ["info_need", "step"], "querygen": True}})
+    assert build_model_config(cfg)["query_modes"] == ["info_need", "step"]
+    toy = TrainConfig.from_dict({"env": "kairos_toy_env:make_toy_env", "env_config": {"querygen": True}})
+    assert build_model_config(toy)["query_modes"] == [] and toy.env_config.to_dict() == {"querygen": True}
 
 
 class _FakeRunner:
