@@ -25,7 +25,7 @@ def _write(path: Path, obj) -> Path:
 def test_every_benchmark_config_is_checked_before_the_first_runs(tmp_path):
     suite, benches = load_suite(str(SUITE))
     assert [b.name for b in benches] == ["musique", "hotpotqa", "medmcqa", "medqa", "mmlu_pro_health", "pubmedqa"]
-    assert all(b.env["answer_closing"] for b in benches)
+    assert all(b.env.answer_closing for b in benches)
     bad = yaml.safe_load((REPO / "configs" / "seed" / "pubmedqa.yaml").read_text())
     bad["env"]["max_stepz"] = 4  # a typo in the LAST benchmark
     cfgs = [str(REPO / "configs" / "seed" / "musique.yaml"), str(_write(tmp_path / "bad.yaml", bad))]
@@ -38,7 +38,7 @@ def test_every_benchmark_config_is_checked_before_the_first_runs(tmp_path):
     _, moved = load_suite(str(SUITE), out=str(tmp_path / "o"), overrides=["dev=0:2", "test=2:4"])
     assert moved[0].out_dir == str(tmp_path / "o" / "musique") and moved[0].test == "2:4"
     _, off = load_suite(str(SUITE), overrides=["env.answer_closing=false"])  # a dotted key reaches the env
-    assert not any(b.env["answer_closing"] for b in off)
+    assert not any(b.env.answer_closing for b in off)
     with pytest.raises(ConfigError, match="'name' is not a mapping"):
         load_suite(str(SUITE), overrides=["name.x=1"])
 
