@@ -333,9 +333,9 @@ class EnvOverrides(ConfigBase):
     def to_dict(self) -> dict[str, Any]:
         import json
 
-        from envs.core.config import _plain
+        from envs.core.config import plain_data
 
-        return json.loads(json.dumps({k: _plain(v) for k, v in self._values.items()}, default=str))
+        return json.loads(json.dumps({k: plain_data(v) for k, v in self._values.items()}, default=str))
 
     def updated(self, **values: Any) -> EnvOverrides:
         """A copy with more keys set (checked like :meth:`from_dict`)."""

@@ -257,7 +257,8 @@ def _served_env(env_config, key: str) -> dict:
 
 def start_service(env_config, cfg: ReasonerServiceConfig | dict | None = None,
                   name: str | None = None) -> dict:
-    """Start the replicas of a reasoner service for envs of ``env_config`` (Ray must be initialised); returns the
+    """Start the replicas of a reasoner service for envs of ``env_config`` (an :class:`~envs.env_config.EnvConfig`,
+    or a dict of its fields; Ray must be initialised); returns the
     spec envs take as ``EnvConfig.reasoner_service``. The caller owns the actors: they end with its Ray job (or
     :func:`stop_service`). Waits until every replica has loaded its model; a replica that cannot be placed (no node
     offers its resources) is an error naming the resources, after ``start_timeout_s``."""
@@ -317,7 +318,8 @@ class RetrieverServer:
 
 
 def start_retriever_service(env_config, cfg: RetrieverServiceConfig | dict | None = None) -> dict:
-    """Start the replicas for envs of ``env_config`` (Ray must be initialised); returns the spec envs take as
+    """Start the replicas for envs of ``env_config`` (an EnvConfig or a dict of its fields; Ray must be
+    initialised); returns the spec envs take as
     ``EnvConfig.retriever_service``. Errors (no index, a mismatched corpus) surface here, on the driver."""
 
     cfg = cfg if isinstance(cfg, RetrieverServiceConfig) else RetrieverServiceConfig.from_dict(cfg or {})

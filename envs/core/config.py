@@ -129,16 +129,16 @@ def coerce_value(name: str, tp: Any, value: Any, where: str) -> Any:
     return _coerce(name, tp, value, where)
 
 
-def _plain(value: Any) -> Any:
+def plain_data(value: Any) -> Any:
     """A field value as plain data: a nested config by its own ``to_dict`` (which may leave out unset keys)."""
     if isinstance(value, ConfigBase):
         return value.to_dict()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {f.name: plain_data(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: plain_data(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [plain_data(v) for v in value]
     return value
 
 
@@ -180,7 +180,7 @@ class ConfigBase:
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (JSON/YAML-serialisable); ``from_dict`` of it rebuilds the config."""
         fields = dataclasses.fields(self)  # type: ignore[arg-type]
-        return json.loads(json.dumps({f.name: _plain(getattr(self, f.name)) for f in fields}, default=str))
+        return json.loads(json.dumps({f.name: plain_data(getattr(self, f.name)) for f in fields}, default=str))
 
     def replace(self, **changes: Any) -> typing.Self:
         """Copy with some fields changed (validated like ``from_dict``)."""
