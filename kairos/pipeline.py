@@ -272,20 +272,20 @@ def policy_env_config(path: str | Path) -> dict[str, Any]:
                      "--env-config YAML: the training YAML, e.g. configs/train_microworld_querygen_2modes.yaml)")
 
 
-def read_env_config(path: str | Path) -> dict[str, Any]:
-    """Env settings from a YAML file: a training config (its preset under ``env_config``), a benchmark config
-    (its ``env``) or an env config itself."""
+def read_env_config(path: str | Path):
+    """The :class:`~envs.env_config.EnvConfig` of a YAML file: a training config's (its ``env_config`` over the preset
+    its ``env`` names), a benchmark config's (its ``env``) or an env config itself; errors name the file and key."""
     from envs.core.config import read_yaml_mapping
+    from envs.env_config import PRESETS, EnvConfig
 
     data = read_yaml_mapping(path)
     if isinstance(data.get("env_config"), dict):
-        from envs.registration import PRESETS
-
         preset = data.get("env", "microworld")
-        return {**PRESETS.get(preset, {}), **data["env_config"]}
+        return EnvConfig.from_preset(preset if preset in PRESETS else None, data["env_config"],
+                                     where=f"{path}.env_config")
     if isinstance(data.get("env"), dict):
-        return dict(data["env"])
-    return dict(data)
+        return EnvConfig.from_dict(data["env"], where=f"{path}.env")
+    return EnvConfig.from_dict(data, where=str(path))
 
 
 # ----------------------------------------------------------------------------------------- the pipeline

@@ -181,7 +181,7 @@ def test_presets_are_merged_in_one_place():
 
     root = Path(__file__).resolve().parents[1]
     readers = []
-    for pkg in ("envs", "agents", "policies", "train", "eval"):
+    for pkg in ("envs", "agents", "policies", "train", "eval", "kairos", "scripts"):
         for path in sorted((root / pkg).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 is_read = (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)
