@@ -153,10 +153,13 @@ class EnvConfig(ConfigBase):
                                  "namespace")
     self_refine: str | None = helpf(None, "SeaKR's self-aware refinement: 'eigenscore' — after a retrieval, keep "
                                           "whichever of the original and the evidence-conditioned step has the lower "
-                                          "EigenScore (needs signals 'eigen'); null: the regenerated step stands")
+                                          "EigenScore (needs signals 'eigen'), or another registered "
+                                          "after-regeneration hook (envs.hooks.AFTER_REGENERATION); null: the "
+                                          "regenerated step stands")
     rerank: str | None = helpf(None, "SeaKR's self-aware re-ranking: 'eigenscore' — a retrieval regenerates the "
                                      "step once with each top_k passage not used yet and injects the one whose "
-                                     "regenerated step has the lowest EigenScore (needs signals 'eigen'); null: the "
+                                     "regenerated step has the lowest EigenScore (needs signals 'eigen'), or another "
+                                     "registered retrieval selector (envs.hooks.RETRIEVAL_SELECTORS); null: the "
                                      "first unused passage")
     tau_rel: float = helpf(0.45, "evidence compression: relative importance threshold in [0, 1]")
     query_modes: list[str] = helpf(["step", "content_words", "question_step", "info_need"],
@@ -248,16 +251,21 @@ class EnvConfig(ConfigBase):
             raise ConfigError(f"{where}: top_k and max_steps must be >= 1")
         if not 0.0 <= self.tau_rel <= 1.0:
             raise ConfigError(f"{where}: tau_rel must be in [0, 1], got {self.tau_rel}")
-        for key in ("self_refine", "rerank"):
-            if getattr(self, key) not in (None, "eigenscore"):
-                raise ConfigError(f"{where}: {key} must be null or 'eigenscore', got {getattr(self, key)!r}")
-        if self.self_refine and "eigen" not in self.signals:
+        from envs.hooks import AFTER_REGENERATION, RETRIEVAL_SELECTORS
+
+        for key, hooks in (("self_refine", AFTER_REGENERATION), ("rerank", RETRIEVAL_SELECTORS)):
+            value = getattr(self, key)
+            if value is not None and value not in hooks and ":" not in str(value):
+                names = ", ".join(f"'{n}'" for n in hooks.names())
+                raise ConfigError(f"{where}: {key} must be null or a registered {hooks.kind} ({names}; or a dotted "
+                                  f"path package.module:Class), got {value!r}")
+        if self.self_refine == "eigenscore" and "eigen" not in self.signals:
             raise ConfigError(f"{where}: self_refine 'eigenscore' compares the EigenScore of two steps: add 'eigen' "
                               "to signals")
-        if self.rerank and "eigen" not in self.signals:
+        if self.rerank == "eigenscore" and "eigen" not in self.signals:
             raise ConfigError(f"{where}: rerank 'eigenscore' ranks passages by the EigenScore of the step each one "
                               "regenerates: add 'eigen' to signals")
-        if self.rerank and self.compress_evidence:
+        if self.rerank == "eigenscore" and self.compress_evidence:
             raise ConfigError(f"{where}: rerank and compress_evidence together are not supported (the re-ranked "
                               "candidates are injected whole): set one of them")
         if self.prefetch_queries < 1:
