@@ -164,129 +164,186 @@ def generate_steps(
     """
     from transformers import DynamicCache
 
-    if header_fn is not None and header_end_id is not None:
-        raise ValueError("pass header_end_id or header_fn, not both")
-    if capture_attentions and getattr(model.config, "_attn_implementation", None) != "eager":
-        raise ValueError("capture_attentions needs a model loaded with attn_implementation='eager' "
-                         f"(this one uses '{getattr(model.config, '_attn_implementation', None)}')")
+    _check_options(model, header_fn, header_end_id, capture_attentions)
     device = next(model.parameters()).device
     B = len(states)
     input_ids, mask, pos, past = _pad_left(states, pad_id, device)
     base = mask.shape[1]  # key index of the first generated token
     cache = DynamicCache(ddp_cache_data=past) if past is not None else DynamicCache()
-    gen: list[list[int]] = [[] for _ in range(B)]
-    lp: list[list[float]] = [[] for _ in range(B)]
-    ent: list[list[float]] = [[] for _ in range(B)]
-    mp: list[list[float]] = [[] for _ in range(B)]
+    rows = _Rows.of(B)
     hids: list[torch.Tensor] = []  # per decode step [B, L+1, d]: the state that generated token t
     att_max = None  # [B, max_new_tokens]: running max over queries of the head-mean last-layer attention received
-    done = [False] * B
-    finished = [False] * B
     for t in range(max_new_tokens):
         want_att = capture_attentions and t > 0  # prefill rows are the context's, not the step's
+        active = None
         if t > 0:  # feed each active row its last token; finished rows get masked padding
-            active = torch.tensor([not d for d in done], device=device)
-            input_ids = torch.tensor([[pad_id if done[b] else gen[b][-1]] for b in range(B)],
-                                     dtype=torch.long, device=device)
-            step_mask = torch.tensor([[0 if done[b] else 1] for b in range(B)], dtype=torch.long, device=device)
-            mask = torch.cat([mask, step_mask], dim=1)
-            pos = pos[:, -1:] + 1
+            active, input_ids, mask, pos = rows.feed(mask, pos, pad_id, device)
         kw = {"output_attentions": True} if want_att else {}
         out = model(input_ids=input_ids, attention_mask=mask, position_ids=pos, cache=cache, logits_to_keep=1,
                     use_cache=True, output_hidden_states=capture_hidden, **kw)
         cache = out.cache
         if want_att:
-            # the row of the token fed now (g_t) over the keys of g_1 … g_{t-1}
-            rows = out.attentions[-1][:, :, -1, base: base + t - 1].float().mean(1)  # [B, t-1]: mean over heads
-            if att_max is None:
-                att_max = torch.zeros((B, max_new_tokens), device=device)
-            upd = torch.maximum(att_max[:, : t - 1], rows)
-            att_max[:, : t - 1] = torch.where(active[:, None], upd, att_max[:, : t - 1])
+            att_max = _attention_received(att_max, out.attentions[-1], base, t, active, max_new_tokens)
         logits = out.logits[:, -1, :].float()
         logp = torch.log_softmax(logits, dim=-1)
-        pick = logits
-        if t == 0 and no_stop_first is not None and any(no_stop_first):
-            rows = torch.tensor([i for i, f in enumerate(no_stop_first) if f], device=device)
-            banned = torch.tensor(sorted(stop_ids), device=device)
-            pick = logits.clone()
-            pick[rows[:, None], banned[None, :]] = -float("inf")
-        if sample and isinstance(generator, (list, tuple)):  # one RNG per row (Gumbel-max): a row's sample does
-            # not depend on the batch it runs in — its RNG draws one uniform vector per position, used or not
-            u = torch.stack([torch.rand(pick.shape[1], generator=g) for g in generator]).to(device)
-            nxt = (pick / max(temperature, 1e-6) - torch.log(-torch.log(u.clamp_min(1e-20)))).argmax(dim=-1)
-        elif sample:
-            probs = torch.softmax(pick / max(temperature, 1e-6), dim=-1)
-            nxt = torch.multinomial(probs, 1, generator=generator).squeeze(1)
-        else:
-            nxt = pick.argmax(dim=-1)
+        nxt = _next_tokens(_banned_first(logits, stop_ids, no_stop_first) if t == 0 else logits, sample,
+                           temperature, generator)
+        if capture_hidden:
+            hids.append(torch.stack([h[:, -1, :] for h in out.hidden_states], dim=1))
+        rows.append(nxt, logp, stop_ids, boundary_fn)
+        if all(rows.done):
+            break
+    # split the batch cache back into per-row caches (real slots only)
+    keys = [(layer.keys, layer.values) for layer in cache.layers]
+    hall = torch.stack(hids, 0) if hids else None  # [T, B, L+1, d]
+    return [_step_output(states[b], b, rows, mask[b], keys, hall, att_max, header_fn, header_end_id,
+                         capture_attentions) for b in range(B)]
+
+
+def _check_options(model: torch.nn.Module, header_fn, header_end_id, capture_attentions: bool) -> None:
+    if header_fn is not None and header_end_id is not None:
+        raise ValueError("pass header_end_id or header_fn, not both")
+    if capture_attentions and getattr(model.config, "_attn_implementation", None) != "eager":
+        raise ValueError("capture_attentions needs a model loaded with attn_implementation='eager' "
+                         f"(this one uses '{getattr(model.config, '_attn_implementation', None)}')")
+
+
+@dataclass
+class _Rows:
+    """What the decode loop has generated per row so far: token ids, their logprob / entropy / max probability,
+    and whether the row is done (``finished``: by an end token or the boundary, not cut by ``max_new_tokens``)."""
+
+    gen: list[list[int]]
+    lp: list[list[float]]
+    ent: list[list[float]]
+    mp: list[list[float]]
+    done: list[bool]
+    finished: list[bool]
+
+    @classmethod
+    def of(cls, n: int) -> _Rows:
+        return cls([[] for _ in range(n)], [[] for _ in range(n)], [[] for _ in range(n)], [[] for _ in range(n)],
+                   [False] * n, [False] * n)
+
+    def feed(self, mask: torch.Tensor, pos: torch.Tensor, pad_id: int, device: torch.device):
+        """``(active, input_ids, mask, pos)`` of the next decode pass: each active row's last token; finished rows
+        get masked padding."""
+        B, done = len(self.gen), self.done
+        active = torch.tensor([not d for d in done], device=device)
+        input_ids = torch.tensor([[pad_id if done[b] else self.gen[b][-1]] for b in range(B)],
+                                 dtype=torch.long, device=device)
+        step_mask = torch.tensor([[0 if done[b] else 1] for b in range(B)], dtype=torch.long, device=device)
+        return active, input_ids, torch.cat([mask, step_mask], dim=1), pos[:, -1:] + 1
+
+    def append(self, nxt: torch.Tensor, logp: torch.Tensor, stop_ids: set[int], boundary_fn) -> None:
+        """Record each active row's next token and its signals; a stop token (or the boundary) ends the row."""
         p = logp.exp()
         entropy = -(p * logp).sum(-1)
         chosen = logp.gather(1, nxt[:, None]).squeeze(1)
         maxp = p.max(-1).values
-        if capture_hidden:
-            hids.append(torch.stack([h[:, -1, :] for h in out.hidden_states], dim=1))
         nxt_l, chosen_l, ent_l, maxp_l = nxt.tolist(), chosen.tolist(), entropy.tolist(), maxp.tolist()
-        for b in range(B):
-            if done[b]:
+        for b in range(len(self.gen)):
+            if self.done[b]:
                 continue
             tok = nxt_l[b]
-            lp[b].append(chosen_l[b])
-            ent[b].append(ent_l[b])
-            mp[b].append(maxp_l[b])
-            gen[b].append(tok)
+            self.lp[b].append(chosen_l[b])
+            self.ent[b].append(ent_l[b])
+            self.mp[b].append(maxp_l[b])
+            self.gen[b].append(tok)
             if tok in stop_ids:
-                done[b] = finished[b] = True
+                self.done[b] = self.finished[b] = True
             elif boundary_fn is not None:
-                k = boundary_fn(b, gen[b])
+                k = boundary_fn(b, self.gen[b])
                 if k is not None:
-                    if not 1 <= k < len(gen[b]):
-                        raise ValueError(f"boundary_fn returned {k} for a step of {len(gen[b])} tokens")
-                    for seq in (gen[b], lp[b], ent[b], mp[b]):
+                    if not 1 <= k < len(self.gen[b]):
+                        raise ValueError(f"boundary_fn returned {k} for a step of {len(self.gen[b])} tokens")
+                    for seq in (self.gen[b], self.lp[b], self.ent[b], self.mp[b]):
                         del seq[k:]
-                    done[b] = finished[b] = True
-        if all(done):
-            break
-    # split the batch cache back into per-row caches (real slots only)
-    results: list[StepOutput] = []
-    keys = [(layer.keys, layer.values) for layer in cache.layers]
-    hall = torch.stack(hids, 0) if hids else None  # [T, B, L+1, d]
-    for b in range(B):
-        new_ids = states[b].ids + gen[b]
-        # the cache holds every fed token: the pending ones and all generated tokens but the last (a step cut by
-        # boundary_fn fed tokens it dropped: its cache ends with its own last token but one)
-        n_cached = len(new_ids) - 1
-        real = mask[b].nonzero().squeeze(1)[:n_cached]
-        row_cache = [(k[b][:, real], v[b][:, real]) for k, v in keys]
-        assert row_cache[0][0].shape[1] == n_cached, (row_cache[0][0].shape, n_cached)
-        n = len(gen[b])
-        if header_fn is not None:
-            header_len = start = min(max(int(header_fn(list(gen[b]))), 0), n)
-        elif header_end_id is None:
-            header_len = start = 0
-        elif header_end_id in gen[b]:
-            header_len = start = gen[b].index(header_end_id) + 1
-        else:  # no header end: no content
-            header_len, start = 0, n
-        hm = hl = hf = None
-        if hall is not None and start < n:
-            h = hall[start:n, b]
-            hm = h.mean(0).float().cpu().numpy()
-            hl = h[-1].float().cpu().numpy()
-        if hall is not None:
-            hf = hall[0, b].float().cpu().numpy()
-        attn = None
-        if capture_attentions:
-            n_content = n - 1 if finished[b] else n
-            attn = (att_max[b, start:n_content].cpu().numpy().astype(np.float32) if att_max is not None
-                    else np.zeros(max(n_content - start, 0), dtype=np.float32))
-        results.append(StepOutput(
-            ids=gen[b], header_len=header_len,
-            logprobs=np.asarray(lp[b][start:], dtype=np.float32),
-            entropies=np.asarray(ent[b][start:], dtype=np.float32),
-            maxprobs=np.asarray(mp[b][start:], dtype=np.float32), hidden_mean=hm, hidden_last=hl,
-            hidden_first=hf, finished=finished[b], state=GenState(new_ids, row_cache, n_cached), attn_received=attn,
-        ))
-    return results
+                    self.done[b] = self.finished[b] = True
+
+
+def _attention_received(att_max: torch.Tensor | None, last_layer: torch.Tensor, base: int, t: int,
+                        active: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
+    """The running max (over queries) of the head-mean attention each generated token received: the row of the
+    token fed now (g_t) over the keys of g_1 … g_{t-1} (active rows only)."""
+    rows = last_layer[:, :, -1, base: base + t - 1].float().mean(1)  # [B, t-1]: mean over heads
+    if att_max is None:
+        att_max = torch.zeros((last_layer.shape[0], max_new_tokens), device=last_layer.device)
+    upd = torch.maximum(att_max[:, : t - 1], rows)
+    att_max[:, : t - 1] = torch.where(active[:, None], upd, att_max[:, : t - 1])
+    return att_max
+
+
+def _banned_first(logits: torch.Tensor, stop_ids: set[int], no_stop_first: list[bool] | None) -> torch.Tensor:
+    """The first token's logits with the stop tokens banned in the rows of ``no_stop_first`` (answer closing)."""
+    if no_stop_first is None or not any(no_stop_first):
+        return logits
+    rows = torch.tensor([i for i, f in enumerate(no_stop_first) if f], device=logits.device)
+    banned = torch.tensor(sorted(stop_ids), device=logits.device)
+    pick = logits.clone()
+    pick[rows[:, None], banned[None, :]] = -float("inf")
+    return pick
+
+
+def _next_tokens(pick: torch.Tensor, sample: bool, temperature: float, generator) -> torch.Tensor:
+    """Greedy, or sampled (one RNG per row: Gumbel-max, so a row's sample does not depend on the batch it runs in
+    — its RNG draws one uniform vector per position, used or not; one RNG: multinomial)."""
+    if sample and isinstance(generator, (list, tuple)):
+        u = torch.stack([torch.rand(pick.shape[1], generator=g) for g in generator]).to(pick.device)
+        return (pick / max(temperature, 1e-6) - torch.log(-torch.log(u.clamp_min(1e-20)))).argmax(dim=-1)
+    if sample:
+        probs = torch.softmax(pick / max(temperature, 1e-6), dim=-1)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+    return pick.argmax(dim=-1)
+
+
+def _content_start(gen: list[int], header_fn, header_end_id: int | None) -> tuple[int, int]:
+    """``(header_len, start)``: the line header's length and where the content starts in a row's ids."""
+    n = len(gen)
+    if header_fn is not None:
+        header_len = start = min(max(int(header_fn(list(gen))), 0), n)
+    elif header_end_id is None:
+        header_len = start = 0
+    elif header_end_id in gen:
+        header_len = start = gen.index(header_end_id) + 1
+    else:  # no header end: no content
+        header_len, start = 0, n
+    return header_len, start
+
+
+def _step_output(state: GenState, b: int, rows: _Rows, mask_b: torch.Tensor, keys: list, hall: torch.Tensor | None,
+                 att_max: torch.Tensor | None, header_fn, header_end_id: int | None,
+                 capture_attentions: bool) -> StepOutput:
+    """Row ``b``'s step: its signals sliced to the content, its own KV cache (real slots only)."""
+    gen = rows.gen[b]
+    new_ids = state.ids + gen
+    # the cache holds every fed token: the pending ones and all generated tokens but the last (a step cut by
+    # boundary_fn fed tokens it dropped: its cache ends with its own last token but one)
+    n_cached = len(new_ids) - 1
+    real = mask_b.nonzero().squeeze(1)[:n_cached]
+    row_cache = [(k[b][:, real], v[b][:, real]) for k, v in keys]
+    assert row_cache[0][0].shape[1] == n_cached, (row_cache[0][0].shape, n_cached)
+    n = len(gen)
+    header_len, start = _content_start(gen, header_fn, header_end_id)
+    hm = hl = hf = None
+    if hall is not None and start < n:
+        h = hall[start:n, b]
+        hm = h.mean(0).float().cpu().numpy()
+        hl = h[-1].float().cpu().numpy()
+    if hall is not None:
+        hf = hall[0, b].float().cpu().numpy()
+    attn = None
+    if capture_attentions:
+        n_content = n - 1 if rows.finished[b] else n
+        attn = (att_max[b, start:n_content].cpu().numpy().astype(np.float32) if att_max is not None
+                else np.zeros(max(n_content - start, 0), dtype=np.float32))
+    return StepOutput(
+        ids=gen, header_len=header_len,
+        logprobs=np.asarray(rows.lp[b][start:], dtype=np.float32),
+        entropies=np.asarray(rows.ent[b][start:], dtype=np.float32),
+        maxprobs=np.asarray(rows.mp[b][start:], dtype=np.float32), hidden_mean=hm, hidden_last=hl,
+        hidden_first=hf, finished=rows.finished[b], state=GenState(new_ids, row_cache, n_cached), attn_received=attn,
+    )
 
 
 def perplexity(logprobs: np.ndarray) -> float:
