@@ -19,12 +19,20 @@ from pathlib import Path
 from typing import Any
 
 from envs.core.io import write_json
+from train.checkpoints import (  # noqa: F401  (re-exported: the resume helpers' old home)
+    CKPT_PREFIX,
+    last_metrics,
+    list_checkpoints,
+    restore_newest,
+    save_checkpoint,
+    trim_metrics,
+)
 from train.config import TrainConfig
+from train.services import placement, start_services, stop_services
 
 log = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parents[1]
-CKPT_PREFIX = "iter_"
 ENV_NAME = "kairos_train_env"  # registered with ray.tune to train.env_factory.make_env
 
 
@@ -88,52 +96,6 @@ def init_ray(cfg: TrainConfig) -> bool:
     return True
 
 
-# ---------------------------------------------------------------- checkpoints
-def list_checkpoints(ckpt_dir: Path) -> list[Path]:
-    """Complete checkpoints, oldest first (temp dirs of an interrupted save are ignored)."""
-    if not ckpt_dir.is_dir():
-        return []
-    done = [p for p in ckpt_dir.iterdir() if p.is_dir() and p.name.startswith(CKPT_PREFIX)
-            and p.name[len(CKPT_PREFIX):].isdigit()]
-    return sorted(done, key=lambda p: int(p.name[len(CKPT_PREFIX):]))
-
-
-def save_checkpoint(algo, ckpt_dir: Path, keep: int) -> Path:
-    """``algo.save_to_path`` into ``ckpt_dir/.tmp-…`` then ``rename`` to ``iter_NNNNNN`` (atomic)."""
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
-    final = ckpt_dir / f"{CKPT_PREFIX}{algo.iteration:06d}"
-    tmp = ckpt_dir / f".tmp-{final.name}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    algo.save_to_path(str(tmp.resolve()))
-    (tmp / "kairos_iteration.json").write_text(json.dumps({"iteration": algo.iteration}))
-    _fsync_tree(tmp)  # the files are on disk before the rename publishes them
-    if final.exists():
-        shutil.rmtree(final)
-    os.rename(tmp, final)
-    _fsync_dir(ckpt_dir)
-    for old in list_checkpoints(ckpt_dir)[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
-    for stale in ckpt_dir.glob(".tmp-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    return final
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_tree(root: Path) -> None:
-    for dirpath, _, files in os.walk(root):
-        for f in files:
-            with open(os.path.join(dirpath, f), "rb") as fh:
-                os.fsync(fh.fileno())
-        _fsync_dir(Path(dirpath))
-
-
 class RemoteWorkerError(ValueError):
     """An EnvRunner (a Ray actor) failed: the message is the worker's own exception, not Ray's traceback (a
     ValueError, so every CLI prints it as its one error line)."""
@@ -178,53 +140,6 @@ def probe_env_in_worker(cfg: TrainConfig) -> RemoteWorkerError | None:
         err = remote_error(e)
         return err if isinstance(err, RemoteWorkerError) else RemoteWorkerError(f"an EnvRunner failed: {e}")
     return None
-
-
-def restore_newest(algo, ckpts: list[Path]) -> Path:
-    """Restore the newest checkpoint that loads; a damaged one (e.g. truncated by a crash mid-write outside our
-    atomic rename) is skipped with a warning naming it, falling back to the one before. No loadable one: error."""
-    errors = []
-    for ck in reversed(ckpts):
-        try:
-            algo.restore_from_path(str(ck.resolve()))
-            if errors:
-                log.warning("resume: skipped damaged checkpoint(s) %s", "; ".join(errors))
-            return ck
-        except Exception as e:  # noqa: BLE001 - any failure to load means "damaged": try the previous one
-            errors.append(f"{ck.name}: {type(e).__name__}: {str(e)[:200]}")
-    raise RuntimeError(f"resume: no checkpoint in {ckpts[0].parent} could be restored ({'; '.join(errors)}); "
-                       "delete the directory to start over")
-
-
-def trim_metrics(path: Path, upto: int) -> None:
-    """Keep only the rows of iterations ``<= upto`` (a resumed run re-runs the later ones: no duplicates)."""
-    if not path.is_file():
-        return
-    from envs.core.io import write_text
-
-    rows = [ln for ln in path.read_text().splitlines() if ln.strip()]
-    keep = []
-    for ln in rows:
-        try:
-            if int(json.loads(ln)["iteration"]) <= upto:
-                keep.append(ln)
-        except (ValueError, KeyError):
-            continue  # a torn last line
-    if len(keep) != len(rows):
-        write_text(path, "".join(x + "\n" for x in keep))
-
-
-def last_metrics(path: Path) -> dict[str, float]:
-    """The last complete row of ``metrics.jsonl`` without its bookkeeping keys ({} when there is none)."""
-    if not path.is_file():
-        return {}
-    for ln in reversed(path.read_text().splitlines()):
-        try:
-            row = json.loads(ln)
-        except ValueError:
-            continue
-        return {k: v for k, v in row.items() if k not in ("iteration", "time")}
-    return {}
 
 
 # ---------------------------------------------------------------- metrics
@@ -353,104 +268,23 @@ def train(cfg: TrainConfig, resume: bool = False, stop_after: int | None = None,
         show_progress: show a rich progress bar with the latest metrics line.
         on_iteration: ``f(iteration, metrics)`` after every iteration (Tune trials report through it).
     """
-    import resource
-
-    from torch.utils.tensorboard import SummaryWriter
-
     t_start = time.perf_counter()
-    out = Path(cfg.out_dir)
+    out = _prepare_out(cfg)
     ckpt_dir = out / "checkpoints"
-    out.mkdir(parents=True, exist_ok=True)
-    cache = cfg.env_config.to_dict().get("cache_path")
-    if cache:
-        Path(cache).parent.mkdir(parents=True, exist_ok=True)
-    write_json(out / "config.json", cfg.to_dict())
     warm = cfg.model.warm_start
     if cfg.warmstart.enabled and not (resume and list_checkpoints(ckpt_dir)):
         warm = str(run_warmstart_of(cfg, show_progress))  # on the driver, before Ray starts
     started = init_ray(cfg)
     services = start_services(cfg)
+    algo = _build_algo(cfg, services)
     try:
-        algo = build_algo_config(cfg, services).build_algo()
-    except Exception as e:  # a remote EnvRunner that failed to start: its own error, not Ray's wrapping of it
-        err = remote_error(e)
-        if err is e:  # RLlib lost the worker's exception (e.g. an IndexError in get_spaces): ask a worker again
-            err = probe_env_in_worker(cfg) or e
-        raise err from e
-    try:
-        restored = None
-        ckpts = list_checkpoints(ckpt_dir)
-        if resume and ckpts:
-            restored = restore_newest(algo, ckpts)
-            trim_metrics(out / "metrics.jsonl", algo.iteration)
-            algo.env_runner_group.sync_weights(from_worker_or_learner_group=algo.learner_group, inference_only=True,
-                                               timeout_seconds=600.0)  # as after a warm start: wait for the runners
-            log.info("resumed from %s (iteration %d)", restored, algo.iteration)
-        elif warm:
-            warm_start(algo, warm)
-            if cfg.snapshot_every and not (out / "snapshots" / "iter_0000").exists():
-                # the starting point is a candidate too: model selection on dev may keep it
-                shutil.copytree(warm, out / "snapshots" / "iter_0000")
-        writer = SummaryWriter(str(out / "tb"), purge_step=algo.iteration + 1 if restored else None)
+        restored = _restore_or_warm_start(algo, cfg, out, resume, warm)
         first = algo.iteration
-        metrics_path = out / "metrics.jsonl"
-        progress = _Progress(cfg.iterations, first, enabled=show_progress)
-        last: dict[str, float] = last_metrics(metrics_path)  # a finished run resumed keeps its final metrics
-        with progress:
-            while algo.iteration < cfg.iterations and (stop_after is None or algo.iteration - first < stop_after):
-                t0 = time.perf_counter()
-                try:
-                    result = algo.train()
-                except Exception as e:
-                    raise remote_error(e) from e
-                it = algo.iteration
-                last = iteration_metrics(result)
-                last["iteration_seconds"] = time.perf_counter() - t0
-                for k, v in last.items():
-                    writer.add_scalar(f"{cfg.name}/{k}", v, it)
-                with metrics_path.open("a") as f:
-                    f.write(json.dumps({"iteration": it, "time": time.time(), **last}) + "\n")
-                line = progress_line(it, cfg.iterations, last, last["iteration_seconds"])
-                progress.update(it, line)
-                log.info(line)
-                if on_iteration is not None:
-                    on_iteration(it, last)
-                if it % cfg.checkpoint_every == 0 or it >= cfg.iterations:
-                    save_checkpoint(algo, ckpt_dir, cfg.keep_checkpoints)
-                if cfg.snapshot_every and it >= cfg.snapshot_from and (it % cfg.snapshot_every == 0
-                                                                       or it >= cfg.iterations):
-                    from policies.rl.export import export_policy
-
-                    export_policy(learner_net(algo), out / "snapshots" / f"iter_{it:04d}", heads=("retrieve", "query"),
-                                  extra={"name": f"{cfg.name}-iter{it}", "iteration": it},
-                                  env_config=policy_env_config(cfg))
+        last = _iterate(algo, cfg, out, bool(restored), stop_after, show_progress, on_iteration)
         if not list_checkpoints(ckpt_dir) or int(list_checkpoints(ckpt_dir)[-1].name[len(CKPT_PREFIX):]) != algo.iteration:
             save_checkpoint(algo, ckpt_dir, cfg.keep_checkpoints)
-        writer.flush()
-        writer.close()
-        from policies.rl.export import export_policy
-
-        net = learner_net(algo)
-        env_config = policy_env_config(cfg)  # recorded with each export: the env its observations come from
-        policy_dir = export_policy(net, out / "policy", heads=("retrieve", "query", "value"),
-                                   extra={"name": cfg.name, "iteration": algo.iteration}, env_config=env_config)
-        export_policy(net, out / "policy_trigger", heads=("retrieve",), extra={"name": f"{cfg.name}-trigger"},
-                      env_config=env_config)
-        if net.query_head is not None:
-            export_policy(net, out / "policy_querygen", heads=("query",), extra={"name": f"{cfg.name}-querygen"},
-                          env_config=env_config)
-        summary = {
-            "iteration": algo.iteration, "resumed_from": str(restored) if restored else None,
-            "first_iteration": first, "wall_seconds": time.perf_counter() - t_start,
-            "driver_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "final_metrics": last, "policy_dir": str(policy_dir),
-        }
-        if "reasoner_service" in services:
-            summary["reasoner_service"] = placement(algo, services["reasoner_service"])
-        if "cache_service" in services:
-            from envs.cache_service import cache_server_stats
-
-            summary["cache_service"] = cache_server_stats(services["cache_service"])
+        policy_dir = _export_policies(algo, cfg, out)
+        summary = _summary(algo, services, restored, first, t_start, last, policy_dir)
     finally:
         algo.stop()
         stop_services(services)
@@ -459,65 +293,149 @@ def train(cfg: TrainConfig, resume: bool = False, stop_after: int | None = None,
 
             ray.shutdown()
     if cfg.eval_questions > 0 and cfg.env == "microworld":
-        from train.evaluate import evaluate_policy
-
-        env_cfg = cfg.kairos_env.replace(max_questions=None, split="dev",
-                                         costs={k: s.end for k, s in cfg.curriculum.items()})
-        from policies.rl.export import LearnedTrigger
-
-        summary["dev_eval"] = evaluate_policy(LearnedTrigger.load(out / "policy_trigger"), env_cfg,
-                                              list(range(cfg.eval_questions)))
+        summary["dev_eval"] = _dev_eval(cfg, out)
     write_json(out / "summary.json", summary)
     return summary
 
 
-def start_services(cfg: TrainConfig) -> dict[str, dict]:
-    """The shared services a run asks for, started by (and owned by) this driver: the trajectory-cache server
-    (``cache_service``), the retriever replicas (``retriever_service``) and the reasoner replicas
-    (``reasoner_service``); their specs by env-config key."""
-    out: dict[str, dict] = {}
-    if cfg.cache_service:
-        from envs.cache_service import start_cache_service
-
-        out["cache_service"] = start_cache_service(cfg.kairos_env.cache_path)
-    if cfg.retriever_service is not None:
-        from envs.services import start_retriever_service
-
-        out["retriever_service"] = start_retriever_service(cfg.kairos_env, cfg.retriever_service)
-    if cfg.reasoner_service is not None:
-        from envs.services import start_service
-
-        out["reasoner_service"] = start_service(cfg.kairos_env, cfg.reasoner_service)
+def _prepare_out(cfg: TrainConfig) -> Path:
+    """The run's folder (and its cache file's), with the config written into it."""
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cache = cfg.env_config.to_dict().get("cache_path")
+    if cache:
+        Path(cache).parent.mkdir(parents=True, exist_ok=True)
+    write_json(out / "config.json", cfg.to_dict())
     return out
 
 
-def stop_services(services: dict[str, dict]) -> None:
+def _build_algo(cfg: TrainConfig, services: dict):
+    """The algorithm, built; a remote EnvRunner that failed to start raises its own error, not Ray's wrapping."""
+    try:
+        return build_algo_config(cfg, services).build_algo()
+    except Exception as e:
+        err = remote_error(e)
+        if err is e:  # RLlib lost the worker's exception (e.g. an IndexError in get_spaces): ask a worker again
+            err = probe_env_in_worker(cfg) or e
+        raise err from e
+
+
+def _restore_or_warm_start(algo, cfg: TrainConfig, out: Path, resume: bool, warm: str | None) -> Path | None:
+    """With ``resume``: the newest checkpoint that loads (its later metrics rows dropped); else the warm start's
+    weights, if any. Returns the checkpoint restored (``None``: a fresh start)."""
+    ckpts = list_checkpoints(out / "checkpoints")
+    if resume and ckpts:
+        restored = restore_newest(algo, ckpts)
+        trim_metrics(out / "metrics.jsonl", algo.iteration)
+        algo.env_runner_group.sync_weights(from_worker_or_learner_group=algo.learner_group, inference_only=True,
+                                           timeout_seconds=600.0)  # as after a warm start: wait for the runners
+        log.info("resumed from %s (iteration %d)", restored, algo.iteration)
+        return restored
+    if warm:
+        warm_start(algo, warm)
+        if cfg.snapshot_every and not (out / "snapshots" / "iter_0000").exists():
+            # the starting point is a candidate too: model selection on dev may keep it
+            shutil.copytree(warm, out / "snapshots" / "iter_0000")
+    return None
+
+
+def _iterate(algo, cfg: TrainConfig, out: Path, restored: bool, stop_after: int | None, show_progress: bool,
+             on_iteration) -> dict[str, float]:
+    """``algo.train()`` until ``cfg.iterations`` (or ``stop_after`` more), each iteration logged (TensorBoard,
+    ``metrics.jsonl``, the progress line), checkpointed and snapshotted on schedule. Returns the last metrics."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(out / "tb"), purge_step=algo.iteration + 1 if restored else None)
+    first = algo.iteration
+    last: dict[str, float] = last_metrics(out / "metrics.jsonl")  # a finished run resumed keeps its final metrics
+    with _Progress(cfg.iterations, first, enabled=show_progress) as progress:
+        while algo.iteration < cfg.iterations and (stop_after is None or algo.iteration - first < stop_after):
+            last = _one_iteration(algo, cfg, out, writer, progress)
+            if on_iteration is not None:
+                on_iteration(algo.iteration, last)
+            _save_on_schedule(algo, cfg, out, algo.iteration)
+    writer.flush()
+    writer.close()
+    return last
+
+
+def _one_iteration(algo, cfg: TrainConfig, out: Path, writer, progress: _Progress) -> dict[str, float]:
+    """One ``algo.train()``, logged: its metrics (and the iteration's seconds)."""
+    t0 = time.perf_counter()
+    try:
+        result = algo.train()
+    except Exception as e:
+        raise remote_error(e) from e
+    it = algo.iteration
+    last = iteration_metrics(result)
+    last["iteration_seconds"] = time.perf_counter() - t0
+    for k, v in last.items():
+        writer.add_scalar(f"{cfg.name}/{k}", v, it)
+    with (out / "metrics.jsonl").open("a") as f:
+        f.write(json.dumps({"iteration": it, "time": time.time(), **last}) + "\n")
+    line = progress_line(it, cfg.iterations, last, last["iteration_seconds"])
+    progress.update(it, line)
+    log.info(line)
+    return last
+
+
+def _save_on_schedule(algo, cfg: TrainConfig, out: Path, it: int) -> None:
+    """The checkpoint every ``checkpoint_every`` iterations and the policy snapshot every ``snapshot_every`` (from
+    ``snapshot_from``), both at the last iteration too."""
+    if it % cfg.checkpoint_every == 0 or it >= cfg.iterations:
+        save_checkpoint(algo, out / "checkpoints", cfg.keep_checkpoints)
+    if cfg.snapshot_every and it >= cfg.snapshot_from and (it % cfg.snapshot_every == 0 or it >= cfg.iterations):
+        from policies.rl.export import export_policy
+
+        export_policy(learner_net(algo), out / "snapshots" / f"iter_{it:04d}", heads=("retrieve", "query"),
+                      extra={"name": f"{cfg.name}-iter{it}", "iteration": it}, env_config=policy_env_config(cfg))
+
+
+def _export_policies(algo, cfg: TrainConfig, out: Path) -> Path:
+    """The trained policy (every head), its trigger alone and its QueryGen head alone; returns the policy's
+    folder. Each export records the env its observations come from."""
+    from policies.rl.export import export_policy
+
+    net = learner_net(algo)
+    env_config = policy_env_config(cfg)
+    policy_dir = export_policy(net, out / "policy", heads=("retrieve", "query", "value"),
+                               extra={"name": cfg.name, "iteration": algo.iteration}, env_config=env_config)
+    export_policy(net, out / "policy_trigger", heads=("retrieve",), extra={"name": f"{cfg.name}-trigger"},
+                  env_config=env_config)
+    if net.query_head is not None:
+        export_policy(net, out / "policy_querygen", heads=("query",), extra={"name": f"{cfg.name}-querygen"},
+                      env_config=env_config)
+    return policy_dir
+
+
+def _summary(algo, services: dict, restored: Path | None, first: int, t_start: float, last: dict[str, float],
+             policy_dir: Path) -> dict[str, Any]:
+    """What ``summary.json`` says about the run (with the services' placement and counters when it had some)."""
+    import resource
+
+    summary = {
+        "iteration": algo.iteration, "resumed_from": str(restored) if restored else None,
+        "first_iteration": first, "wall_seconds": time.perf_counter() - t_start,
+        "driver_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "final_metrics": last, "policy_dir": str(policy_dir),
+    }
     if "reasoner_service" in services:
-        from envs.services import stop_service
-
-        stop_service(services["reasoner_service"])
-    if "retriever_service" in services:
-        from envs.services import stop_retriever_service
-
-        stop_retriever_service(services["retriever_service"])
+        summary["reasoner_service"] = placement(algo, services["reasoner_service"])
     if "cache_service" in services:
-        from envs.cache_service import stop_cache_service
+        from envs.cache_service import cache_server_stats
 
-        stop_cache_service(services["cache_service"])
+        summary["cache_service"] = cache_server_stats(services["cache_service"])
+    return summary
 
 
-def placement(algo, service: dict) -> dict[str, Any]:
-    """Where a served run ran: each replica's node, pid and counters (mean batch, tokens, peak RSS), and the
-    node of every remote EnvRunner — so a cluster user can check the replicas landed on the nodes they asked for."""
-    import ray
+def _dev_eval(cfg: TrainConfig, out: Path) -> dict[str, Any]:
+    """The trained trigger's greedy evaluation on the first ``eval_questions`` dev questions (final λ)."""
+    from policies.rl.export import LearnedTrigger
+    from train.evaluate import evaluate_policy
 
-    from envs.served import replica_handles, service_stats
-
-    infos = ray.get([h.info.remote() for h in replica_handles(service)])
-    stats = service_stats(service)
-    runners = algo.env_runner_group.foreach_env_runner(lambda r: ray.get_runtime_context().get_node_id(),
-                                                       local_env_runner=False) if algo.env_runner_group else []
-    return {"spec": service, "replicas": [{**i, **s} for i, s in zip(infos, stats)], "env_runner_nodes": runners}
+    env_cfg = cfg.kairos_env.replace(max_questions=None, split="dev",
+                                     costs={k: s.end for k, s in cfg.curriculum.items()})
+    return evaluate_policy(LearnedTrigger.load(out / "policy_trigger"), env_cfg, list(range(cfg.eval_questions)))
 
 
 class _Progress:
