@@ -71,11 +71,41 @@ def benefit_step_dataset(labels_path: str | Path, env_config, cache_dir: str | P
         progress: optional ``callable(n_done_questions)`` called after each batch.
         components: prebuilt env components (tests); default built from ``env_config``.
     """
-    from agents.signals.output import OutputGroup
     from envs.components import build_components
-    from envs.core.io import read_done_rows
 
     path = Path(labels_path)
+    rows, lines = _read_labels(path)
+    c = components if components is not None else build_components(env_config)
+    reasoner = c.reasoner
+    if not getattr(reasoner, "capabilities", None) or not reasoner.capabilities.hidden_states:
+        raise ValueError(f"reasoner '{env_config.reasoner}' exposes no hidden states: the PUlSE / ReProbe "
+                         "probes cannot be trained on it")
+    model_id = reasoner_model_id(reasoner, env_config.reasoner)
+    out_path = benefit_cache_path(cache_dir, rows, c.namespace, model_id, min_benefit)
+    if use_cache and out_path.is_file():
+        log.info("benefit dataset: cached %s", out_path)
+        return StepDataset.load(out_path)
+    _check_questions(c, env_config, rows, lines, path)
+    order = sorted(rows)
+    chains, regenerated = _closed_book_chains(c, env_config, rows, lines, path, batch, progress)
+    cols, skipped = _columns(rows, order, chains, min_benefit)
+    if not cols["labels"]:
+        raise ValueError(f"{path}: no labelled step with content tokens")
+    ds = StepDataset.from_columns(cols, {
+        "version": DATASET_VERSION, "source": "benefit", "labels": str(path), "model_id": model_id,
+        "split": env_config.split, "n_questions": len(order), "skipped_steps": skipped,
+        "regenerated_at_batch_1": len(regenerated), "min_benefit": min_benefit})
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    ds.save(out_path)
+    log.info("benefit dataset: %d steps of %d questions (%.1f%% helped; %d regenerated at batch 1, %d skipped) "
+             "-> %s", len(ds), len(order), 100 * ds.labels.mean(), len(regenerated), skipped, out_path)
+    return ds
+
+
+def _read_labels(path: Path) -> tuple[dict[int, dict[str, Any]], dict[int, int]]:
+    """The label file's rows by question index, and each row's line (for the errors)."""
+    from envs.core.io import read_done_rows
+
     if not path.is_file():
         raise FileNotFoundError(f"no benefit-label file at {path} (make one with `python -m eval.benefit_labels "
                                 f"--config … --split … --out {path}`)")
@@ -87,17 +117,11 @@ def benefit_step_dataset(labels_path: str | Path, env_config, cache_dir: str | P
         bad = [s for s in r["steps"] if not isinstance(s, dict) or not {"index", "text", "benefit"} <= set(s)]
         if bad:
             raise ValueError(f"{path}:{lines[qi]}: a step without 'index', 'text' or 'benefit': {bad[0]!r}")
-    c = components if components is not None else build_components(env_config)
-    reasoner = c.reasoner
-    if not getattr(reasoner, "capabilities", None) or not reasoner.capabilities.hidden_states:
-        raise ValueError(f"reasoner '{env_config.reasoner}' exposes no hidden states: the PUlSE / ReProbe "
-                         "probes cannot be trained on it")
-    model_id = reasoner_model_id(reasoner, env_config.reasoner)
-    out_path = benefit_cache_path(cache_dir, rows, c.namespace, model_id, min_benefit)
-    if use_cache and out_path.is_file():
-        log.info("benefit dataset: cached %s", out_path)
-        return StepDataset.load(out_path)
+    return rows, lines
 
+
+def _check_questions(c, env_config, rows: dict[int, dict[str, Any]], lines: dict[int, int], path: Path) -> None:
+    """Every labelled question is the env's question of that index (else the labels come from another split)."""
     questions = c.questions
     for qi, r in rows.items():
         where = f"{path}:{lines[qi]}"
@@ -108,14 +132,20 @@ def benefit_step_dataset(labels_path: str | Path, env_config, cache_dir: str | P
             raise ValueError(f"{where}: question {qi} is '{c.question_id(questions[qi])}' in the env's split "
                              f"'{env_config.split}' but '{r['question_id']}' in the labels — another split?")
 
-    order = sorted(rows)
-    max_steps = env_config.max_steps
-    chains: dict[int, list] = {}
+
+def _closed_book_chains(c, env_config, rows: dict[int, dict[str, Any]], lines: dict[int, int], path: Path,
+                        batch: int, progress) -> tuple[dict[int, list], list[int]]:
+    """Each labelled question's closed-book chain, ``batch`` at a time, checked against the labelled step texts
+    (a mismatch is regenerated alone, at batch 1; one that still differs is an error). Returns the chains and the
+    questions regenerated at batch 1."""
+    reasoner, questions, max_steps = c.reasoner, c.questions, env_config.max_steps
 
     def matches(qi: int, chain: list) -> bool:
         by_index = {s.index: s for s in chain}
         return all(s["index"] in by_index and by_index[s["index"]].text == s["text"] for s in rows[qi]["steps"])
 
+    order = sorted(rows)
+    chains: dict[int, list] = {}
     regenerated, done = [], 0
     for start in range(0, len(order), max(1, batch)):
         part = order[start: start + batch]
@@ -133,6 +163,13 @@ def benefit_step_dataset(labels_path: str | Path, env_config, cache_dir: str | P
         done += len(part)
         if progress is not None:
             progress(done)
+    return chains, regenerated
+
+
+def _columns(rows: dict[int, dict[str, Any]], order: list[int], chains: dict[int, list],
+             min_benefit: float) -> tuple[dict[str, list], int]:
+    """The dataset's columns, one entry per labelled step with content tokens; and how many steps had none."""
+    from agents.signals.output import OutputGroup
 
     out_sig = OutputGroup()
     cols: dict[str, list] = {k: [] for k in _ARRAYS}
@@ -159,14 +196,4 @@ def benefit_step_dataset(labels_path: str | Path, env_config, cache_dir: str | P
             cols["hops"].append(2)
             cols["question_correct"].append(float(r["quality_never"]) >= 0.5)
             cols["contents"].append(step.content)
-    if not cols["labels"]:
-        raise ValueError(f"{path}: no labelled step with content tokens")
-    ds = StepDataset.from_columns(cols, {
-        "version": DATASET_VERSION, "source": "benefit", "labels": str(path), "model_id": model_id,
-        "split": env_config.split, "n_questions": len(order), "skipped_steps": skipped,
-        "regenerated_at_batch_1": len(regenerated), "min_benefit": min_benefit})
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    ds.save(out_path)
-    log.info("benefit dataset: %d steps of %d questions (%.1f%% helped; %d regenerated at batch 1, %d skipped) "
-             "-> %s", len(ds), len(order), 100 * ds.labels.mean(), len(regenerated), skipped, out_path)
-    return ds
+    return cols, skipped
