@@ -81,9 +81,18 @@ def main_table(result: dict[str, Any]) -> str:
 
 def format_markdown(result: dict[str, Any]) -> str:
     """Every table of the benchmark as Markdown."""
+    parts = ["# Step-error detection", ""] + _md_setup(result)
+    parts += ["## Main table (test steps)", ""] + _md_splits(result) + ["", main_table(result), ""]
+    parts += _md_metrics(result) + _md_by_kind(result) + _md_calibration(result) + _md_ablations(result)
+    parts += _md_hedging(result)
+    parts += ["", "Wall time: " + ", ".join(f"{k} {v} s" for k, v in result["seconds"].items()) + "."]
+    return "\n".join(parts) + "\n"
+
+
+def _md_setup(result: dict[str, Any]) -> list[str]:
+    """The data (micro-world parts; real data) and how thresholds and CIs are made."""
     cfg, data = result["config"], result["data"]
-    nb = cfg["n_boot"]
-    parts = ["# Step-error detection", ""]
+    parts = []
     if "train" in data:
         parts += [f"Micro-world artifact `{result['artifact']}` ({result['model_id']}, {data['n_layers']} layers, "
                   f"width {data['hidden_size']}). Train part: {data['train']['questions']} '{data['train']['split']}' "
@@ -100,9 +109,14 @@ def format_markdown(result: dict[str, Any]) -> str:
                   "'retrieval helps'.", ""]
     parts += [f"Thresholds: training-free detectors by Youden's J on each split's train part; learned probes "
              f"{'by Youden on validation' if cfg['probe_threshold'] == 'val' else 'at p(error) ≥ ' + cfg['probe_threshold']}"
-             f" — never on test. 95% CIs: question-level bootstrap, {nb} resamples, seed {cfg['seed']} "
-             "(the same resamples for every detector).", "",
-             "## Main table (test steps)", ""]
+             f" — never on test. 95% CIs: question-level bootstrap, {cfg['n_boot']} resamples, seed {cfg['seed']} "
+             "(the same resamples for every detector).", ""]
+    return parts
+
+
+def _md_splits(result: dict[str, Any]) -> list[str]:
+    """One line per split: its parts, error rate and PUlSE interval."""
+    parts = []
     for name, sp in result["splits"].items():
         i = sp["info"]
         extra = (f"; {len(i['held_out_subjects'])} held-out subjects, {i['n_subjects_train']} train subjects"
@@ -112,7 +126,12 @@ def format_markdown(result: dict[str, Any]) -> str:
                      f"{i['test_steps']} steps of {i['test_questions']} questions "
                      f"({100 * i['test_error_rate']:.1f}% errors: {i['test_kinds']}){extra}. PUlSE interval "
                      f"{sp['interval_search']['used']} ({sp['interval_search']['rule']}).")
-    parts += ["", main_table(result), ""]
+    return parts
+
+
+def _md_metrics(result: dict[str, Any]) -> list[str]:
+    """Per split: every metric with its CI, the thresholds and ΔAUROC vs PUlSE."""
+    parts = []
     for name, sp in result["splits"].items():
         parts += [f"### {SPLIT_LABELS[name]}: every metric with its 95% CI, thresholds, ΔAUROC vs PUlSE (paired)", ""]
         rows = []
@@ -126,8 +145,13 @@ def format_markdown(result: dict[str, Any]) -> str:
                          f"{_g(d['delta_auroc_vs_pulse'], '+.3f')} {_ci_txt(d['delta_auroc_vs_pulse_ci95'])}"])
         parts += [markdown_table(["detector", "AUROC", "PR-AUC", "F1", "precision", "recall", "threshold", "fire rate",
                           "ΔAUROC vs PUlSE"], rows), ""]
-    parts += ["## Per error kind (that kind's errors vs all correct test steps)", "",
-              "AUROC [95% CI] / PR-AUC. The PR-AUC of a random detector equals the set's error ratio.", ""]
+    return parts
+
+
+def _md_by_kind(result: dict[str, Any]) -> list[str]:
+    """Per split: each error kind's errors vs all correct test steps."""
+    parts = ["## Per error kind (that kind's errors vs all correct test steps)", "",
+             "AUROC [95% CI] / PR-AUC. The PR-AUC of a random detector equals the set's error ratio.", ""]
     for name, sp in result["splits"].items():
         bk = sp["by_error_kind"]
         if not bk:
@@ -138,10 +162,15 @@ def format_markdown(result: dict[str, Any]) -> str:
             rows.append([label] + [f"{_f(r['detectors'][det]['auroc'])} {_ci_txt(r['detectors'][det]['auroc_ci95'], 2)}"
                                    f" / {_f(r['detectors'][det]['pr_auc'])}" for r in bk.values()])
         parts += [f"### {SPLIT_LABELS[name]}", "", markdown_table(headers, rows), ""]
+    return parts
+
+
+def _md_calibration(result: dict[str, Any]) -> list[str]:
+    """Output confidence per step kind (micro-world), and the verdict on MISLEARNED steps."""
     cal = result.get("calibration", {"rows": {}, "verdict": "", "steps": "", "minprob_threshold": None})
-    parts += [] if not cal["rows"] else [f"## Calibration ({cal['steps']})", "",
-              f"Output confidence per step kind. MinProb flag rate = share of steps MinProb fires on at its "
-              f"train-part Youden threshold ({_g(cal['minprob_threshold'])}).", ""]
+    parts = [] if not cal["rows"] else [f"## Calibration ({cal['steps']})", "",
+             f"Output confidence per step kind. MinProb flag rate = share of steps MinProb fires on at its "
+             f"train-part Youden threshold ({_g(cal['minprob_threshold'])}).", ""]
     rows = [[k, str(r["n"]), f"{r['mean_maxprob']:.3f} ± {r['sd_maxprob']:.3f}",
              f"{r['mean_minprob']:.3f} ± {r['sd_minprob']:.3f}", f"{r['median_minprob']:.3f}",
              f"{r['share_minprob_ge_0.9']:.3f}", f"{r['mean_ppl']:.3f}", _f(r.get("minprob_flag_rate", math.nan))]
@@ -151,28 +180,36 @@ def format_markdown(result: dict[str, Any]) -> str:
     parts += [] if not rows else [markdown_table(cal_headers, rows), ""]
     if cal["verdict"]:
         parts += [cal["verdict"] + ".", ""]
-    if any(sp["ablations"] for sp in result["splits"].values()):
-        parts += ["## PUlSE ablations (chosen on validation, reported on test)", ""]
-        names = list(result["splits"])
-        labels = list(dict.fromkeys(k for sp in result["splits"].values() for k in sp["ablations"]))
-        headers = ["variant"]
+    return parts
+
+
+def _md_ablations(result: dict[str, Any]) -> list[str]:
+    """PUlSE's ablations, every split side by side (none: no section)."""
+    if not any(sp["ablations"] for sp in result["splits"].values()):
+        return []
+    names = list(result["splits"])
+    labels = list(dict.fromkeys(k for sp in result["splits"].values() for k in sp["ablations"]))
+    headers = ["variant"]
+    for n in names:
+        tag = SPLIT_LABELS[n].split(" ")[0]
+        headers += [f"{tag} val AUROC", f"{tag} test AUROC [95% CI]", f"{tag} test PR-AUC"]
+    rows = []
+    for lab in labels:
+        row = [lab]
         for n in names:
-            tag = SPLIT_LABELS[n].split(" ")[0]
-            headers += [f"{tag} val AUROC", f"{tag} test AUROC [95% CI]", f"{tag} test PR-AUC"]
-        rows = []
-        for lab in labels:
-            row = [lab]
-            for n in names:
-                a = result["splits"][n]["ablations"].get(lab)
-                row += (["–"] * 3 if a is None else
-                        [_f(a["val_auroc"]), f"{_f(a['test_auroc'])} {_ci_txt(a['test_auroc_ci95'])}",
-                         _f(a["test_pr_auc"])])
-            rows.append(row)
-        parts += [markdown_table(headers, rows), "",
-                  "Variant labels name the split's own intervals; 'parts' rows use the interval in use for that "
-                  "split. Every candidate interval's validation and test AUROC is in the JSON (`interval_search`).",
-                  ""]
-    parts += ["## Non-hedging steps", ""]
+            a = result["splits"][n]["ablations"].get(lab)
+            row += (["–"] * 3 if a is None else
+                    [_f(a["val_auroc"]), f"{_f(a['test_auroc'])} {_ci_txt(a['test_auroc_ci95'])}",
+                     _f(a["test_pr_auc"])])
+        rows.append(row)
+    return ["## PUlSE ablations (chosen on validation, reported on test)", "", markdown_table(headers, rows), "",
+            "Variant labels name the split's own intervals; 'parts' rows use the interval in use for that "
+            "split. Every candidate interval's validation and test AUROC is in the JSON (`interval_search`).", ""]
+
+
+def _md_hedging(result: dict[str, Any]) -> list[str]:
+    """Per split: how many test steps hedge, and the AUROCs without them."""
+    parts = ["## Non-hedging steps", ""]
     for name, sp in result["splits"].items():
         h = sp["hedging"]
         ratios = ("" if not h["n_hedging_steps"] else
@@ -183,7 +220,4 @@ def format_markdown(result: dict[str, Any]) -> str:
         if h["n_hedging_steps"]:
             parts.append("  AUROC on non-hedging steps: " + ", ".join(
                 f"{DETECTORS[d][0]} {_f(v)}" for d, v in h["auroc_non_hedging"].items()))
-    parts += ["", "Wall time: " + ", ".join(f"{k} {v} s" for k, v in result["seconds"].items()) + "."]
-    return "\n".join(parts) + "\n"
-
-
+    return parts
