@@ -131,9 +131,6 @@ def _per_question(steps, values: list[float]) -> tuple[list[str], np.ndarray]:
 def run_bench(cfg, out: Path, mode_head: str | None = None, mode_head_config: str | None = None,
               n_boot: int = 10_000, batch1_n: int = 50, progress: bool = True) -> dict[str, Any]:
     """Run the benchmark for a QueryGen training config (see the module docstring)."""
-    from eval.stats import bootstrap_mean_ci, paired_bootstrap
-    from policies.querygen.model import META_FILE, GenerativeQueryGenerator
-    from policies.querygen.rewards import gold_rank
     from policies.querygen.train import load_data, world_retriever
 
     _, held = load_data(cfg, progress)
@@ -148,16 +145,50 @@ def run_bench(cfg, out: Path, mode_head: str | None = None, mode_head_config: st
                       "seconds_per_query": (time.perf_counter() - t0) / len(steps)}
     notes: list[str] = []
     if mode_head:
-        if cfg.world != "microworld":
-            notes.append("mode head: only on the micro-world (the RLlib QueryGen policy is trained there)")
-        elif not Path(mode_head).exists():
-            notes.append(f"mode head: skipped, {mode_head} does not exist (train it with configs/train_microworld_querygen.yaml)")
-        else:
-            t0 = time.perf_counter()
-            q, info = mode_head_queries(mode_head, mode_head_config, steps, cfg.splits[1], cfg.artifact)
-            methods["mode head"] = {"kind": "learned head", "queries": q, "info": info,
-                                    "seconds_per_query": None}
-            log.info("mode head: %s (%.0f s)", info, time.perf_counter() - t0)
+        _add_mode_head(methods, notes, cfg, mode_head, mode_head_config, steps)
+    _add_generators(methods, notes, cfg, steps, batch1_n)
+    world = None
+    if cfg.world == "microworld":
+        from envs.core.microworld.artifact import load_artifact
+
+        world = load_artifact(cfg.artifact, threads=cfg.threads)
+    for m in methods.values():
+        _score_queries(m, steps, retriever, world)
+    metrics = ("r1", "r3", "fixed") if world is not None else ("r1", "r3")
+    result: dict[str, Any] = {"world": cfg.world, "split": cfg.splits[1], "n_steps": len(steps),
+                              "retriever": type(retriever).__name__, "notes": notes, "methods": {}}
+    _summarise(result, methods, steps, metrics, n_boot)
+    out.mkdir(parents=True, exist_ok=True)
+    from envs.core.io import write_json, write_text
+
+    write_json(out / "querygen_bench.json", result)
+    md = format_markdown(result)
+    write_text(out / "querygen_bench.md", md)
+    plot_recall(result, out / "recall.png")
+    print(md)
+    return result
+
+
+def _add_mode_head(methods: dict[str, dict[str, Any]], notes: list[str], cfg, mode_head: str,
+                   mode_head_config: str | None, steps: list) -> None:
+    """The RLlib QueryGen policy's mode head as a method (micro-world only; skipped, with a note, without it)."""
+    if cfg.world != "microworld":
+        notes.append("mode head: only on the micro-world (the RLlib QueryGen policy is trained there)")
+    elif not Path(mode_head).exists():
+        notes.append(f"mode head: skipped, {mode_head} does not exist (train it with configs/train_microworld_querygen.yaml)")
+    else:
+        t0 = time.perf_counter()
+        q, info = mode_head_queries(mode_head, mode_head_config, steps, cfg.splits[1], cfg.artifact)
+        methods["mode head"] = {"kind": "learned head", "queries": q, "info": info,
+                                "seconds_per_query": None}
+        log.info("mode head: %s (%.0f s)", info, time.perf_counter() - t0)
+
+
+def _add_generators(methods: dict[str, dict[str, Any]], notes: list[str], cfg, steps: list, batch1_n: int) -> None:
+    """The SFT and RL generators as methods (each skipped, with a note, without its checkpoint): their queries,
+    seconds per query batched and at batch 1."""
+    from policies.querygen.model import META_FILE, GenerativeQueryGenerator
+
     for stage in ("sft", "rl"):
         folder = Path(cfg.out_dir) / stage
         if not (folder / META_FILE).is_file():
@@ -175,28 +206,34 @@ def run_bench(cfg, out: Path, mode_head: str | None = None, mode_head_config: st
         methods[f"generator ({stage.upper()})"] = {"kind": "generative", "queries": queries,
                                                    "seconds_per_query": batched, "seconds_per_query_batch1": single,
                                                    "checkpoint": str(folder)}
-    world = None
-    if cfg.world == "microworld":
-        from envs.core.microworld.artifact import load_artifact
 
-        world = load_artifact(cfg.artifact, threads=cfg.threads)
-    for m in methods.values():
-        qs = m["queries"]
-        live = [i for i, q in enumerate(qs) if q]
-        hits = retriever.search([qs[i] for i in live], k=3) if live else []
-        ranks: list[int | None] = [None] * len(steps)
-        top: list[str | None] = [None] * len(steps)
-        for i, h in zip(live, hits):
-            ranks[i] = gold_rank(h, steps[i].gold_ids)
-            top[i] = h[0].text if h else None
-        m["r1"] = [float(r == 1) for r in ranks]
-        m["r3"] = [float(r is not None and r <= 3) for r in ranks]
-        m["tokens"] = float(np.mean([len((q or "").split()) for q in qs]))
-        if world is not None:
-            m["fixed"] = step_fixed(world, steps, top)
-    metrics = ("r1", "r3", "fixed") if world is not None else ("r1", "r3")
-    result: dict[str, Any] = {"world": cfg.world, "split": cfg.splits[1], "n_steps": len(steps),
-                              "retriever": type(retriever).__name__, "notes": notes, "methods": {}}
+
+def _score_queries(m: dict[str, Any], steps: list, retriever, world) -> None:
+    """A method's per-step Recall@1 / @3 of the gold passage, its mean query length and (micro-world) whether the
+    top passage fixes the step."""
+    from policies.querygen.rewards import gold_rank
+
+    qs = m["queries"]
+    live = [i for i, q in enumerate(qs) if q]
+    hits = retriever.search([qs[i] for i in live], k=3) if live else []
+    ranks: list[int | None] = [None] * len(steps)
+    top: list[str | None] = [None] * len(steps)
+    for i, h in zip(live, hits):
+        ranks[i] = gold_rank(h, steps[i].gold_ids)
+        top[i] = h[0].text if h else None
+    m["r1"] = [float(r == 1) for r in ranks]
+    m["r3"] = [float(r is not None and r <= 3) for r in ranks]
+    m["tokens"] = float(np.mean([len((q or "").split()) for q in qs]))
+    if world is not None:
+        m["fixed"] = step_fixed(world, steps, top)
+
+
+def _summarise(result: dict[str, Any], methods: dict[str, dict[str, Any]], steps: list, metrics: tuple[str, ...],
+               n_boot: int) -> None:
+    """Each method's row (per-question bootstrap CIs), the paired comparisons of the learned methods with their
+    references, and the best fixed formulation per metric — into ``result``."""
+    from eval.stats import bootstrap_mean_ci, paired_bootstrap
+
     qids = None
     for m_name, m in methods.items():
         row: dict[str, Any] = {"kind": m["kind"], "tokens": m["tokens"],
@@ -219,18 +256,8 @@ def run_bench(cfg, out: Path, mode_head: str | None = None, mode_head_config: st
                 pb = paired_bootstrap(methods[gname][f"{k}_q"], methods[ref][f"{k}_q"], n_resamples=n_boot, seed=0)
                 comps.append({"method": gname, "vs": ref, "metric": k, **pb})
     result["comparisons"] = comps
-    fixed_best = {k: max((n for n, m in methods.items() if m["kind"] == "fixed"),
-                         key=lambda n: float(methods[n][f"{k}_q"].mean())) for k in metrics}
-    result["best_fixed"] = fixed_best
-    out.mkdir(parents=True, exist_ok=True)
-    from envs.core.io import write_json, write_text
-
-    write_json(out / "querygen_bench.json", result)
-    md = format_markdown(result)
-    write_text(out / "querygen_bench.md", md)
-    plot_recall(result, out / "recall.png")
-    print(md)
-    return result
+    result["best_fixed"] = {k: max((n for n, m in methods.items() if m["kind"] == "fixed"),
+                                   key=lambda n: float(methods[n][f"{k}_q"].mean())) for k in metrics}
 
 
 def _ci(d: dict[str, float]) -> str:

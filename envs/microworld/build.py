@@ -89,14 +89,7 @@ def train_world(cfg: BuildConfig, out_dir: str | Path, resume: bool = False, max
     step, seen_tokens, elapsed = 0, 0, 0.0
     ckpt_path = out_dir / "checkpoint.pt"
     if resume and ckpt_path.exists():
-        ck = torch.load(ckpt_path, weights_only=True)
-        model.load_state_dict(ck["model"])
-        opt.load_state_dict(ck["opt"])
-        sampler.rng.setstate(ck["sampler_rng"])
-        mix_rng.setstate(ck["mix_rng"])
-        torch.set_rng_state(ck["torch_rng"])
-        step, seen_tokens, elapsed = ck["step"], ck["tokens"], ck["elapsed"]
-        log.info("resumed from %s at step %d (%d tokens)", ckpt_path, step, seen_tokens)
+        step, seen_tokens, elapsed = _resume(ckpt_path, model, opt, sampler, mix_rng)
     log.info("micro-world: %d facts %s, %d train questions; LM %.2fM params, %d steps of ~%d tokens",
              len(kb.facts), kb.split_counts(), len(questions["train"]), n_params(model) / 1e6, total_steps,
              tc.batch_tokens)
@@ -105,37 +98,10 @@ def train_world(cfg: BuildConfig, out_dir: str | Path, resume: bool = False, max
     loss_ema = None
     bar = _progress(progress, total_steps, step)
     while step < total_steps:
-        frac = step / total_steps
-        f_share = tc.fact_doc_share_start + (tc.fact_doc_share_end - tc.fact_doc_share_start) * min(1.0, frac * 4)
-        fact_docs, chain_docs, n_tok = [], [], 0
-        while n_tok < tc.batch_tokens:
-            if n_tok < f_share * tc.batch_tokens:
-                d = sampler.sample("fact")
-                fact_docs.append(d)
-            else:
-                kind = "evidence" if mix_rng.random() < tc.evidence_chain_share else "closed"
-                d = sampler.sample(kind)
-                chain_docs.append(d)
-            n_tok += len(d.tokens)
-        chain_docs.sort(key=lambda d: len(d.tokens))
-        half = len(chain_docs) // 2
-        groups = [g for g in (fact_docs, chain_docs[:half], chain_docs[half:]) if g]
-        n_loss = sum(sum(d.loss) for g in groups for d in g)
+        groups, n_tok = _sample_batch(sampler, mix_rng, tc, step / total_steps)
         for g in opt.param_groups:
             g["lr"] = _lr(step, total_steps, tc)
-        opt.zero_grad(set_to_none=True)
-        total = 0.0
-        for g in groups:
-            ids, att, lab = _tensors(g, tok, "cpu")
-            logits = model(input_ids=ids, attention_mask=att).logits
-            # next-token loss, summed, normalised by the loss tokens of the whole batch
-            loss = torch.nn.functional.cross_entropy(
-                logits[:, :-1].reshape(-1, logits.shape[-1]), lab[:, 1:].reshape(-1), ignore_index=-100,
-                reduction="sum") / max(1, n_loss)
-            loss.backward()
-            total += loss.item()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
-        opt.step()
+        total = _optimiser_step(model, opt, groups, tok, tc)
         step += 1
         seen_tokens += n_tok
         loss_ema = total if loss_ema is None else 0.95 * loss_ema + 0.05 * total
@@ -160,6 +126,57 @@ def train_world(cfg: BuildConfig, out_dir: str | Path, resume: bool = False, max
     save_artifact(world, out_dir)
     ckpt_path.unlink(missing_ok=True)
     return world
+
+
+def _resume(ckpt_path: Path, model, opt, sampler: DocumentSampler, mix_rng: random.Random) -> tuple[int, int, float]:
+    """Restore the model, optimiser and every RNG from a training checkpoint: ``(step, tokens, seconds)`` so far."""
+    ck = torch.load(ckpt_path, weights_only=True)
+    model.load_state_dict(ck["model"])
+    opt.load_state_dict(ck["opt"])
+    sampler.rng.setstate(ck["sampler_rng"])
+    mix_rng.setstate(ck["mix_rng"])
+    torch.set_rng_state(ck["torch_rng"])
+    log.info("resumed from %s at step %d (%d tokens)", ckpt_path, ck["step"], ck["tokens"])
+    return ck["step"], ck["tokens"], ck["elapsed"]
+
+
+def _sample_batch(sampler: DocumentSampler, mix_rng: random.Random, tc, frac: float) -> tuple[list[list[Document]], int]:
+    """One batch of ~``batch_tokens`` tokens: fact documents (their share decays over the first quarter of training
+    from ``fact_doc_share_start`` to ``_end``), then chain documents (with evidence or closed-book), grouped by length
+    into at most three forward passes. Returns the groups and the batch's tokens."""
+    f_share = tc.fact_doc_share_start + (tc.fact_doc_share_end - tc.fact_doc_share_start) * min(1.0, frac * 4)
+    fact_docs, chain_docs, n_tok = [], [], 0
+    while n_tok < tc.batch_tokens:
+        if n_tok < f_share * tc.batch_tokens:
+            d = sampler.sample("fact")
+            fact_docs.append(d)
+        else:
+            kind = "evidence" if mix_rng.random() < tc.evidence_chain_share else "closed"
+            d = sampler.sample(kind)
+            chain_docs.append(d)
+        n_tok += len(d.tokens)
+    chain_docs.sort(key=lambda d: len(d.tokens))
+    half = len(chain_docs) // 2
+    return [g for g in (fact_docs, chain_docs[:half], chain_docs[half:]) if g], n_tok
+
+
+def _optimiser_step(model, opt, groups: list[list[Document]], tok, tc) -> float:
+    """One optimiser step over the batch's groups (gradients accumulated, clipped); returns the batch's loss."""
+    n_loss = sum(sum(d.loss) for g in groups for d in g)
+    opt.zero_grad(set_to_none=True)
+    total = 0.0
+    for g in groups:
+        ids, att, lab = _tensors(g, tok, "cpu")
+        logits = model(input_ids=ids, attention_mask=att).logits
+        # next-token loss, summed, normalised by the loss tokens of the whole batch
+        loss = torch.nn.functional.cross_entropy(
+            logits[:, :-1].reshape(-1, logits.shape[-1]), lab[:, 1:].reshape(-1), ignore_index=-100,
+            reduction="sum") / max(1, n_loss)
+        loss.backward()
+        total += loss.item()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
+    opt.step()
+    return total
 
 
 def _progress(enabled: bool, total: int, done: int):
