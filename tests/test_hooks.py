@@ -10,7 +10,16 @@ import pytest
 
 from envs.core.config import ConfigError
 from envs.env_config import EnvConfig
-from envs.hooks import RETRIEVAL_SELECTORS, FirstUnused, LoopHooks
+from envs.hooks import (
+    AFTER_REGENERATION,
+    EVIDENCE_TRANSFORMS,
+    RETRIEVAL_SELECTORS,
+    AfterRegeneration,
+    EvidenceTransform,
+    FirstUnused,
+    LoopHooks,
+    RetrievalSelector,
+)
 
 BASE = EnvConfig(split="test", signals=["output"], rsus_components=["ent"], top_k=3, max_retrievals_per_step=2)
 
@@ -63,3 +72,26 @@ def test_an_after_regeneration_hook_handed_to_the_components():
     _, _, _, _, info = env.step(1)
     assert info["refined"] == "original" and info["step_text"] == first["step_text"]
     assert info["regenerated_step"] == first["step_text"] and info["passage_ids"]  # retrieved, yet the step stands
+
+
+@pytest.mark.parametrize("name,protocol", [("RETRIEVAL_SELECTORS", RetrievalSelector),
+                                           ("EVIDENCE_TRANSFORMS", EvidenceTransform),
+                                           ("AFTER_REGENERATION", AfterRegeneration)])
+def test_every_registered_hook_meets_its_protocol(name, protocol):
+    import kairos
+
+    registry = kairos.registries()[name]
+    assert registry is {"RETRIEVAL_SELECTORS": RETRIEVAL_SELECTORS, "EVIDENCE_TRANSFORMS": EVIDENCE_TRANSFORMS,
+                        "AFTER_REGENERATION": AFTER_REGENERATION}[name]
+    for entry in registry.names():
+        assert isinstance(registry.make(entry), protocol), entry
+
+
+def test_the_config_picks_the_hooks():
+    from envs.seakr import EigenScoreRerank, SelfRefine
+
+    seakr = LoopHooks.from_config(EnvConfig(signals=["output", "eigen"], rerank="eigenscore", self_refine="eigenscore"),
+                                  prefetcher="a prefetcher")
+    assert isinstance(seakr.selector, EigenScoreRerank) and isinstance(seakr.after_regeneration, SelfRefine)
+    assert seakr.listeners == ("a prefetcher",)
+    assert type(LoopHooks.from_config(BASE.replace(compress_evidence=True)).evidence).__name__ == "Compress"
