@@ -22,6 +22,9 @@ class BenchConfig(ConfigBase):
         default_factory=lambda: EnvConfig.from_dict({"task": "microworld", "split": "dev", "rsus_components": ["ent"]}),
         metadata={"help": "env config (EnvConfig fields; default: {task: microworld, split: dev, rsus_components: "
                           "[ent]}); its split holds both the dev and the test questions"})
+    plugins: list[str] = helpf([], "plug-in modules imported first (on the driver; a user's signal, trigger, cost, "
+                                   "retriever … registers on import, then its name is valid anywhere in this config); "
+                                   "the env carries them (env.plugins); a method kind of eval.bench.methods.METHOD_KINDS too")
     dev: str = helpf("0:100", "calibration questions: a 'start:stop' slice of the split")
     test: str = helpf("100:400", "evaluation questions: a 'start:stop' slice, disjoint from dev")
     lambda_retrieval: float = helpf(0.1, "λ of retrieval calls in the reward used to calibrate and report")
@@ -80,12 +83,15 @@ def bench_env_config(cfg: BenchConfig, method: MethodSpec | None = None) -> EnvC
     return env.with_overrides(method.env) if method is not None else env
 
 
-def load_config(path: str, out: str | None = None, overrides: list[str] | None = None) -> BenchConfig:
+def load_config(path: str, out: str | None = None, overrides: list[str] | None = None,
+                plugins: list[str] | None = None) -> BenchConfig:
     """A :class:`BenchConfig` from a YAML, with ``--set KEY=VALUE`` overrides (``env.answer_closing=false`` sets a
-    key of the env mapping) and ``--out``."""
+    key of the env mapping), ``--out`` and more ``plugins`` (a suite's)."""
     import yaml
 
     raw = read_yaml_mapping(path)
+    if plugins:
+        raw["plugins"] = list(dict.fromkeys([*plugins, *(raw.get("plugins") or [])]))
     for kv in overrides or []:
         if "=" not in kv:
             raise ConfigError(f"--set expects KEY=VALUE, got {kv!r}")
