@@ -20,7 +20,6 @@ from eval.bench.methods import tag
 
 if TYPE_CHECKING:
     from eval.bench.methods import MethodSpec
-    from eval.bench.runner import Runner
 
 log = logging.getLogger("eval.bench_policies")
 
@@ -49,7 +48,7 @@ def retrieval_rate(rows: list[dict]) -> float:
     return sum(r["calls"] for r in rows) / decisions if decisions else 0.0
 
 
-def calibrate(m: MethodSpec, runner: Runner, dev: range, grid: list[float], modes: list[str | None]
+def calibrate(m: MethodSpec, runner: Any, dev: range, grid: list[float], modes: list[str | None]
               ) -> tuple[dict, list[dict]]:
     """Sweep (mode, threshold) on dev: ``(best point, sweep)``, best by reward (ties: fewer calls)."""
     sweep = []
@@ -69,7 +68,7 @@ def snapshot_candidates(path: str | Path) -> list[Path]:
     return [p for p in snaps if (p / "spec.json").is_file()] + [path]
 
 
-def select_learned(m: Any, runner: Runner, dev: range, test: range, calib: dict, mode: str | None = None
+def select_learned(m: Any, runner: Any, dev: range, test: range, calib: dict, mode: str | None = None
                    ) -> dict[str, Any]:
     """Evaluate every candidate export on dev, keep the best by reward at the policy's own training λ
     (``m.lam``; else the bench's) — ties: fewer calls — and run it on test."""
@@ -92,7 +91,7 @@ def select_learned(m: Any, runner: Runner, dev: range, test: range, calib: dict,
     return res
 
 
-def cache_oracle(runner: Runner, questions: range, lam: float, max_leaves: int = 4096,
+def cache_oracle(runner: Any, questions: range, lam: float, max_leaves: int = 4096,
                  modes: list[str] | None = None) -> dict[str, Any]:
     """Per question, the best leaf of the decision tree at λ (:mod:`eval.oracle`, searched breadth first over all
     questions with batched generation and branch and bound at λ; replays hit the trajectory cache). ``modes``: each

@@ -18,7 +18,6 @@ from eval.bench.methods import KIND_HELP, METHOD_KINDS, MethodSpec, RunContext, 
 
 if TYPE_CHECKING:
     from envs.env_config import EnvConfig
-    from eval.bench.runner import Runner
 
 _QUERY_MODES_HELP = ("calibrate the query formulation on dev too — the (mode, threshold) pair with the best dev "
                      "reward is evaluated on test; 'all' = every env query mode")
@@ -32,7 +31,7 @@ def _check_modes(m: MethodSpec) -> None:
                           f"not both")
 
 
-def _calibrated_modes(m: MethodSpec, runner: Runner) -> list[str | None]:
+def _calibrated_modes(m: MethodSpec, runner: Any) -> list[str | None]:
     if m.query_mode:
         return [m.query_mode]
     if not m.query_modes:  # type: ignore[attr-defined]
@@ -156,7 +155,7 @@ class ThresholdMethod(MethodSpec):
     def named_query_modes(self) -> list[str]:
         return super().named_query_modes() + [q for q in self.query_modes if q != "all"]
 
-    def modes(self, runner: Runner) -> list[str | None]:
+    def modes(self, runner: Any) -> list[str | None]:
         return _calibrated_modes(self, runner)
 
     def preflight(self, known_signals: set[str], skip_missing_policies: bool) -> None:
@@ -277,7 +276,7 @@ class CacheOracleMethod(MethodSpec):
     def named_query_modes(self) -> list[str]:
         return super().named_query_modes() + [q for q in self.query_modes if q != "all"]
 
-    def modes(self, runner: Runner) -> list[str | None]:
+    def modes(self, runner: Any) -> list[str | None]:
         return _calibrated_modes(self, runner)
 
     def run(self, ctx: RunContext) -> dict[str, Any]:

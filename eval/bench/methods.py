@@ -30,7 +30,6 @@ from envs.env_config import EnvOverrides
 
 if TYPE_CHECKING:
     from envs.env_config import EnvConfig
-    from eval.bench.runner import Runner
 
 __all__ = ["METHOD_KINDS", "MethodSpec", "RunContext", "Skip", "make_trigger", "tag"]
 
@@ -57,7 +56,7 @@ class RunContext:
     """What a method's :meth:`MethodSpec.run` gets: the runner, CoT on dev, the slices, the results so far (Random
     matches another method's rate), the calibration records it adds to, and the bench λ."""
 
-    runner: Runner
+    runner: Any  # eval.bench.runner.Runner (not imported: it imports the config, which imports this)
     cot_dev: dict[str, Any]
     dev: range
     test: range
@@ -143,7 +142,7 @@ class MethodSpec(ConfigBase):
         """The env query modes the config names (checked against ``env.query_modes``)."""
         return [self.query_mode] if self.query_mode else []
 
-    def modes(self, runner: Runner) -> list[str | None]:
+    def modes(self, runner: Any) -> list[str | None]:
         """The query modes the method is calibrated over (``[None]``: the env's default mode)."""
         return [self.query_mode] if self.query_mode else [None]
 
