@@ -279,20 +279,15 @@ def read_env_config(path: str | Path):
     from envs.env_config import PRESETS, EnvConfig
 
     data = read_yaml_mapping(path)
-    plugins = data.get("plugins") or []  # a training or bench config's top-level plug-ins: its env's too
+    extra = data.get("plugins") or []  # a training or bench config's top-level plug-ins are its env's too
+    def env_of(d): return {**d, "plugins": list(dict.fromkeys([*extra, *(d.get("plugins") or [])]))} if extra else d
     if isinstance(data.get("env_config"), dict):
         preset = data.get("env", "microworld")
-        return EnvConfig.from_preset(preset if preset in PRESETS else None, _with_plugins(data["env_config"], plugins),
+        return EnvConfig.from_preset(preset if preset in PRESETS else None, env_of(data["env_config"]),
                                      where=f"{path}.env_config")
     if isinstance(data.get("env"), dict):
-        return EnvConfig.from_dict(_with_plugins(data["env"], plugins), where=f"{path}.env")
+        return EnvConfig.from_dict(env_of(data["env"]), where=f"{path}.env")
     return EnvConfig.from_dict(data, where=str(path))
-
-
-def _with_plugins(env: dict, plugins: list) -> dict:
-    if not plugins or not isinstance(plugins, list):
-        return env
-    return {**env, "plugins": list(dict.fromkeys([*plugins, *(env.get("plugins") or [])]))}
 
 
 # ----------------------------------------------------------------------------------------- the pipeline
