@@ -127,3 +127,16 @@ methods:
     assert not s["skipped"] and {"Words", "FirstTwo"} <= set(s["methods"])
     assert s["calibration"]["Words"]["chosen"] in (3.5, 100)
     assert 0 < s["methods"]["FirstTwo"]["calls"] <= 2
+
+
+def test_the_env_of_a_yaml_with_plugins_carries_them(tmp_path, plugin_on_path):
+    """``kairos.read_env_config`` (``kairos answer --env-config``, ``Pipeline``): a training or bench YAML's
+    top-level plug-ins are its env's."""
+    from kairos.pipeline import read_env_config
+
+    p = tmp_path / "t.yaml"
+    p.write_text(TRAIN_YAML.format(plugin=PLUGIN))
+    env = read_env_config(p)
+    assert env.plugins == [PLUGIN] and env.signals == ["output", "demo_words"]
+    p.write_text(f"plugins: [{PLUGIN}]\nenv: {{split: dev, signals: [output, demo_words]}}\n")
+    assert read_env_config(p).plugins == [PLUGIN]
