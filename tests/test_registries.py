@@ -26,6 +26,7 @@ def _registries() -> dict[str, Registry]:
     from envs.core.data.loaders import LOADERS
     from envs.costs import COSTS
     from envs.tasks import TASKS
+    from eval.bench.methods import METHOD_KINDS
     from eval.bench_cli import BENCHES
     from eval.cli import COMMANDS
     from policies.querygen.rewards import REWARDS
@@ -35,7 +36,8 @@ def _registries() -> dict[str, Registry]:
     return {"reasoners": REASONERS, "signals": SIGNALS, "query_modes": QUERY_MODES, "retrievers": RETRIEVERS,
             "costs": COSTS, "triggers": TRIGGERS, "lambda_schedules": LAMBDA_SCHEDULES, "tasks": TASKS,
             "querygen_rewards": REWARDS, "datasets": LOADERS, "corpus_builders": CORPUS_BUILDERS,
-            "benchmarks": BENCHES, "commands": COMMANDS, "detectors": DETECTORS}
+            "benchmarks": BENCHES, "commands": COMMANDS, "detectors": DETECTORS,
+            "method_kinds": METHOD_KINDS}
 
 
 REGISTRIES = _registries()
