@@ -35,7 +35,7 @@ from envs.core.config import (
     read_yaml_mapping,
     unknown_key_error,
 )
-from envs.observation import config_groups
+from envs.observation import config_groups, signal_names
 from envs.serving import CacheServiceSpec, ReasonerServiceSpec, RetrieverServiceSpec
 from envs.tasks import TASKS
 
@@ -213,10 +213,23 @@ class EnvConfig(ConfigBase):
                                                "builds its own reasoner. Never part of the cache namespace")
     max_step_tokens: int = helpf(24, "cut a runaway step after this many tokens")
     seed: int = helpf(0, "seed of the env's own randomness (sampling for consistency signals)")
+    plugins: list[str] = helpf([], "plug-in modules imported before the env's names are checked — in every process "
+                                   "that builds the env (EnvRunners, warm-start workers, services): a user's "
+                                   "signal, trigger, cost, retriever or query mode registers on import "
+                                   "(envs.core.plugins); a training or bench config's top-level 'plugins' land here")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None, where: str | None = None) -> EnvConfig:
+        """As :meth:`ConfigBase.from_dict` (``plugins`` imported first, so their names are valid here)."""
         return super().from_dict(_off_holdout(dict(data or {})), where)
+
+    def to_dict(self) -> dict[str, Any]:
+        """As :meth:`ConfigBase.to_dict`; ``plugins`` only when set (an env without plug-ins keeps its cache
+        namespace)."""
+        out = super().to_dict()
+        if not out.get("plugins"):
+            out.pop("plugins", None)
+        return out
 
     @classmethod
     def from_preset(cls, preset: str | None, overrides: dict[str, Any] | EnvOverrides | None = None,
@@ -295,11 +308,20 @@ class EnvConfig(ConfigBase):
         for mode in self.query_modes:
             if mode.partition(":")[0] not in MODE_FACTORIES:
                 QUERY_MODES.check(mode, f"{where}.query_modes", ConfigError)
-        groups = config_groups()
-        bad = [s for s in self.signals if s not in groups]
+        groups, names = config_groups(), signal_names()
+        bad = [s for s in self.signals if s not in groups and s not in names]
         if bad:
             raise ConfigError(f"{where}: unknown observation group '{bad[0]}' in 'signals' (valid: "
-                              f"{', '.join(groups)})")
+                              f"{', '.join(groups)}; or a registered signal's name: {', '.join(names)})")
+        from envs.costs import COSTS
+
+        for key, names_ in (("costs", self.costs), ("cost_params", self.cost_params)):
+            for name in names_:  # checked here, on the driver (a plug-in's cost once its module is imported)
+                COSTS.check(name, f"{where}.{key}", ConfigError)
+        missing = sorted(set(self.cost_params) - set(self.costs))
+        if missing:
+            raise ConfigError(f"{where}.cost_params: params given for '{missing[0]}', which has no weight in costs "
+                              f"({', '.join(self.costs)})")
         if self.rsus_options.verb_proxy and "verb" not in self.rsus_components:
             raise ConfigError(f"{where}: rsus_options.verb_proxy is set but 'verb' is not in rsus_components")
         if self.max_questions is not None and self.max_questions < 1:

@@ -39,27 +39,48 @@ def _signal_infos() -> list[tuple[str, dict[str, Any]]]:
 
 @_cached
 def config_groups() -> list[str]:
-    """The values ``EnvConfig.signals`` accepts: every group a registered signal declared."""
+    """The groups ``EnvConfig.signals`` accepts: every group a registered signal declared (a registered signal's
+    name is accepted too: :func:`signal_names`)."""
     return list(dict.fromkeys(i["group"] for _, i in _signal_infos() if i["group"]))
 
 
 @_cached
+def signal_names() -> list[str]:
+    """The registered signals' names that are not also a group: an ``EnvConfig.signals`` entry naming one turns on
+    the observation field it writes (its own field, named after it, for a signal declared without a group)."""
+    groups = set(config_groups())
+    return [name for name, _ in _signal_infos() if name not in groups]
+
+
+def _field(name: str, info: dict[str, Any]) -> str:
+    return info["field"] or name
+
+
+@_cached
 def group_signals() -> dict[str, list[str]]:
-    """Observation field -> the signals whose vectors are concatenated into it (registration order)."""
+    """Observation field -> the signals whose vectors are concatenated into it (registration order); a signal
+    without a group has a field of its own, named after it, used when ``EnvConfig.signals`` names it."""
     out: dict[str, list[str]] = {}
     for name, i in _signal_infos():
         if i["field"]:
             out.setdefault(i["field"], []).append(name)
+    for name, i in _signal_infos():
+        if not i["field"] and name not in out:
+            out[name] = [name]
     return out
 
 
 @_cached
 def group_fields() -> dict[str, list[str]]:
-    """``EnvConfig.signals`` group -> the observation fields it turns on (``content``: step and context)."""
+    """``EnvConfig.signals`` entry -> the observation fields it turns on: a group its signals' fields
+    (``content``: step and context), a signal's name the field it writes."""
     out: dict[str, list[str]] = {}
     for _, i in _signal_infos():
         if i["group"] and i["field"] not in out.setdefault(i["group"], []):
             out[i["group"]].append(i["field"])
+    for name, i in _signal_infos():
+        if name not in out:
+            out[name] = [_field(name, i)]
     return out
 
 
@@ -73,7 +94,7 @@ def episode_fields() -> dict[str, str]:
 @_cached
 def half_fields() -> set[str]:
     """Fields stored in half precision (hidden-state embeddings: large, read only by a learned projection)."""
-    return {i["field"] for _, i in _signal_infos() if i["field"] and i["dtype"] == "float16"}
+    return {_field(name, i) for name, i in _signal_infos() if i["dtype"] == "float16"}
 
 
 @_cached

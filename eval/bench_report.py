@@ -1,4 +1,5 @@
-"""Render a precomputed retrieval-policy benchmark summary as plots, Markdown and self-contained HTML.
+"""Render a precomputed retrieval-policy benchmark summary as plots, Markdown and self-contained HTML (the plots are
+:mod:`eval.bench_plots`', the number formatting :mod:`eval.report_format`'s; both re-exported here).
 
 The benchmark compares *retrieval policies* (when a step-by-step reasoner should call its retriever)
 on accuracy against retrieval calls per question. Everything statistical (bootstrap CIs, McNemar,
@@ -28,289 +29,37 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 import logging
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from envs.core.io import atomic_open, write_json
+from eval.bench_plots import plot_accuracy_ci, plot_pareto
+from eval.report_format import (
+    DASH,
+    _fmt,
+    _fmt_big,
+    _fmt_ci,
+    _fmt_int,
+    _fmt_p,
+    _fmt_reject,
+    _fmt_value,
+    _frontier,
+    _methods,
+    _num,
+    metric_label,
+    quality_label,
+)
 
 log = logging.getLogger(__name__)
 
-__all__ = ["markdown_table", "plot_pareto", "plot_accuracy_ci", "render_markdown", "render_html",
-           "write_report"]
+__all__ = ["DASH", "markdown_table", "metric_label", "plot_accuracy_ci", "plot_pareto", "quality_label",
+           "render_html", "render_markdown", "write_report"]
 
-DASH = "–"
-KIND_MARKERS = {"baseline": "o", "fixed": "o", "learned": "*", "random": "x", "oracle": "D"}
-KIND_SIZES = {"baseline": 80, "fixed": 80, "learned": 260, "random": 90, "oracle": 80}
 PLOT_CAPTIONS = {"pareto": "Accuracy vs retrieval calls per question",
                  "accuracy": "Accuracy per method with 95% bootstrap CI"}
 
-# ------------------------------------------------------------------------------------------------ numbers
-
-
-def _num(x: Any) -> float | None:
-    """``x`` as a finite float, or None for None / NaN / inf / non-numbers (bools included)."""
-    if x is None or isinstance(x, bool):
-        return None
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
-
-
-def _fmt(x: Any, nd: int = 3, signed: bool = False) -> str:
-    v = _num(x)
-    if v is None:
-        return DASH
-    return f"{v:+.{nd}f}" if signed else f"{v:.{nd}f}"
-
-
-def _fmt_big(x: Any) -> str:
-    """Token counts and the like: no decimals above 100, three significant digits below."""
-    v = _num(x)
-    if v is None:
-        return DASH
-    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
-
-
-def _fmt_int(x: Any) -> str:
-    v = _num(x)
-    return DASH if v is None else f"{v:.0f}"
-
-
-def _fmt_p(p: Any) -> str:
-    """p-values: ``0.043``, ``0.0012``, ``<1e-4``."""
-    v = _num(p)
-    if v is None:
-        return DASH
-    if v < 1e-4:
-        return "<1e-4"
-    return f"{v:.3f}" if v >= 0.01 else f"{v:.4f}"
-
-
-def _fmt_ci(acc: Any, lo: Any, hi: Any, nd: int = 3, signed: bool = False) -> str:
-    main = _fmt(acc, nd, signed)
-    if _num(lo) is None and _num(hi) is None:
-        return main
-    return f"{main} [{_fmt(lo, nd, signed)}, {_fmt(hi, nd, signed)}]"
-
-
-def _fmt_value(v: Any) -> str:
-    """A free-form setup value."""
-    if v is None:
-        return DASH
-    if isinstance(v, bool):
-        return str(v)
-    if isinstance(v, float):
-        return DASH if not math.isfinite(v) else f"{v:g}"
-    if isinstance(v, (dict, list, tuple)):
-        return json.dumps(v, default=str)
-    return str(v)
-
-
-def _fmt_reject(r: Any) -> str:
-    if r is None:
-        return DASH
-    return "✓" if bool(r) else ""
-
-
-# ------------------------------------------------------------------------------------------------ data
-
-
-def _methods(summary: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    methods = summary.get("methods") or {}
-    return {str(k): (dict(v) if isinstance(v, Mapping) else {}) for k, v in methods.items()}
-
-
-def _point(m: Mapping[str, Any]) -> tuple[float, float] | None:
-    """(calls, accuracy) of a method's chosen operating point, if both are finite."""
-    c, a = _num(m.get("calls")), _num(m.get("accuracy"))
-    return None if c is None or a is None else (c, a)
-
-
-def _curve(m: Mapping[str, Any]) -> list[tuple[float, float]]:
-    """Finite (calls, accuracy) points of a method's threshold sweep, sorted by calls."""
-    pts = []
-    for row in m.get("curve") or []:
-        if isinstance(row, Mapping):
-            c, a = _num(row.get("calls")), _num(row.get("accuracy"))
-            if c is not None and a is not None:
-                pts.append((c, a))
-    return sorted(pts)
-
-
-def _pareto(points: Mapping[str, tuple[float, float]]) -> list[str]:
-    """Names of the non-dominated points (fewer calls, higher accuracy), by increasing calls."""
-    out, best = [], -math.inf
-    for name, (_, a) in sorted(points.items(), key=lambda kv: (kv[1][0], -kv[1][1])):
-        if a > best:
-            out.append(name)
-            best = a
-    return out
-
-
-def _frontier(summary: Mapping[str, Any]) -> list[str]:
-    """The summary's frontier (or one computed from the chosen points when it has none)."""
-    fr = summary.get("frontier")
-    if isinstance(fr, Sequence) and not isinstance(fr, str):
-        return [str(x) for x in fr]
-    pts = {n: p for n, m in _methods(summary).items() if (p := _point(m)) is not None}
-    return _pareto(pts)
-
-
-def _label(name: str, m: Mapping[str, Any]) -> str:
-    lam = _num(m.get("lambda"))
-    show = m.get("kind") == "learned" and lam is not None and "λ" not in name
-    return f"{name} (λ={lam:g})" if show else name
-
-
-# ------------------------------------------------------------------------------------------------ plots
-
-
-def _save(fig: Any, out_png: Path, dpi: int = 130) -> Path:
-    """Write ``fig`` as PNG through a temp file in the same directory and an atomic rename."""
-    import matplotlib.pyplot as plt
-
-    out_png = Path(out_png)
-    try:
-        with atomic_open(out_png, "wb") as f:
-            fig.savefig(f, format="png", dpi=dpi, bbox_inches="tight")
-    finally:
-        plt.close(fig)
-    return out_png
-
-
-def plot_pareto(summary: Mapping[str, Any], out_png: str | Path) -> Path:
-    """Accuracy vs retrieval calls per question, one point per method plus threshold sweeps.
-
-    Fixed triggers draw their test-split threshold sweep as a thin line with small markers in the
-    colour of their chosen point; learned policies are stars (labelled with their λ), random policies
-    crosses, oracles diamonds; the Pareto frontier over the chosen points is a dashed black step line
-    and the reference method's accuracy a dotted grey horizontal line.
-
-    Args:
-        summary: The benchmark summary (see the module docstring).
-        out_png: Where to write the PNG (parent directories are created).
-
-    Returns:
-        ``out_png`` as a Path.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    methods = _methods(summary)
-    colors = plt.get_cmap("tab20").colors
-    fig, ax = plt.subplots(figsize=(8.2, 5.2))
-    points: dict[str, tuple[float, float]] = {}
-    for i, (name, m) in enumerate(methods.items()):
-        color = colors[i % len(colors)]
-        kind = str(m.get("kind") or "baseline")
-        curve = _curve(m)
-        if curve:
-            ax.plot([c for c, _ in curve], [a for _, a in curve], color=color, lw=1.0, alpha=0.65,
-                    marker=".", ms=4, zorder=2)
-        p = _point(m)
-        if p is None:
-            continue
-        points[name] = p
-        marker = KIND_MARKERS.get(kind, "o")
-        edge = {"edgecolors": "black", "linewidths": 0.6} if marker != "x" else {"linewidths": 2.0}
-        ax.scatter([p[0]], [p[1]], s=KIND_SIZES.get(kind, 80), marker=marker, color=color, zorder=4,
-                   label=_label(name, m), **edge)
-        ax.annotate(_label(name, m), p, xytext=(5, 5), textcoords="offset points", fontsize=7.5, zorder=5)
-
-    front = [n for n in _frontier(summary) if n in points]
-    front.sort(key=lambda n: points[n])
-    if front:
-        ax.step([points[n][0] for n in front], [points[n][1] for n in front], where="post", color="black",
-                ls="--", lw=1.2, zorder=3, label="Pareto frontier")
-    ref = summary.get("reference")
-    if ref in points:
-        ax.axhline(points[ref][1], color="0.6", ls=":", lw=0.9, zorder=1)
-    if not points:
-        ax.text(0.5, 0.5, "no methods with accuracy and calls", ha="center", va="center",
-                transform=ax.transAxes, color="0.4")
-    ax.set_xlabel("retrieval calls per question")
-    ax.set_ylabel(quality_label(summary))
-    ax.set_title(str(summary.get("title") or "Accuracy vs retrieval calls"), fontsize=10)
-    ax.grid(alpha=0.3)
-    if points:
-        ax.legend(fontsize=7.5, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False,
-                  markerscale=0.7, borderaxespad=0.0)
-    fig.tight_layout()
-    return _save(fig, Path(out_png))
-
-
-def plot_accuracy_ci(summary: Mapping[str, Any], out_png: str | Path) -> Path:
-    """Horizontal bars of accuracy per method with 95% CI error bars, best method on top.
-
-    The retrieval calls per question are written at the end of each bar.
-
-    Args:
-        summary: The benchmark summary (see the module docstring).
-        out_png: Where to write the PNG (parent directories are created).
-
-    Returns:
-        ``out_png`` as a Path.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    methods = _methods(summary)
-    colors = plt.get_cmap("tab20").colors
-    color_of = {n: colors[i % len(colors)] for i, n in enumerate(methods)}
-    rows = [(n, m, a) for n, m in methods.items() if (a := _num(m.get("accuracy"))) is not None]
-    rows.sort(key=lambda r: r[2])  # barh draws bottom-up: the best method ends on top
-    fig, ax = plt.subplots(figsize=(7.5, 0.45 * max(len(rows), 2) + 1.3))
-    if not rows:
-        ax.text(0.5, 0.5, "no methods with an accuracy", ha="center", va="center", transform=ax.transAxes,
-                color="0.4")
-        ax.set_yticks([])
-    else:
-        ys = list(range(len(rows)))
-        accs = [a for _, _, a in rows]
-        lo_err = [max(a - lo, 0.0) if (lo := _num(m.get("acc_lo"))) is not None else 0.0 for _, m, a in rows]
-        hi_err = [max(hi - a, 0.0) if (hi := _num(m.get("acc_hi"))) is not None else 0.0 for _, m, a in rows]
-        ax.barh(ys, accs, xerr=[lo_err, hi_err], color=[color_of[n] for n, _, _ in rows], alpha=0.85,
-                error_kw={"ecolor": "black", "capsize": 3, "lw": 1.0})
-        right = max(a + e for a, e in zip(accs, hi_err))
-        for y, (_, m, a), e in zip(ys, rows, hi_err):
-            calls = _num(m.get("calls"))
-            txt = f"{calls:.2f} calls/q" if calls is not None else f"{DASH} calls/q"
-            ax.text(a + e + 0.01 * max(right, 1e-9), y, txt, va="center", fontsize=7.5)
-        ax.set_yticks(ys, [_label(n, m) for n, m, _ in rows], fontsize=8)
-        ax.set_xlim(0, max(right * 1.22, 0.05))
-    ax.set_xlabel(f"{quality_label(summary)} (95% bootstrap CI)")
-    ax.set_title(str(summary.get("title") or "Accuracy per method"), fontsize=10)
-    ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
-    return _save(fig, Path(out_png))
-
-
-# ------------------------------------------------------------------------------------------------ content
-#
-# Markdown and HTML are rendered from one list of blocks so that both carry the same content:
-# ("h", level, text) | ("p", text) | ("ul", [text]) | ("table", headers, rows, numeric_cols) | ("img", key)
-
-
-def metric_label(name: str) -> str:
-    """How a report names an answer metric (``setup.quality_metric`` / ``setup.metrics`` of a summary)."""
-    from envs.qa_task import METRIC_LABELS
-
-    return METRIC_LABELS.get(name, name)
-
-
-def quality_label(summary: Mapping[str, Any]) -> str:
-    """The name of what the summary's ``accuracy`` holds (the task's quality metric; ``accuracy`` when unstated)."""
-    return metric_label((summary.get("setup") or {}).get("quality_metric") or "acc")
 
 
 def _blocks(summary: Mapping[str, Any], plot_keys: Sequence[str]) -> list[tuple[Any, ...]]:

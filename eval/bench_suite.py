@@ -37,6 +37,9 @@ class SuiteConfig(ConfigBase):
     name: str = helpf("suite", "suite name (summary title)")
     out_dir: str = helpf("runs/bench/suite", "where the suite's summary goes (each benchmark keeps its own out_dir, "
                                              "or <out_dir>/<name> with --out)")
+    plugins: list[str] = helpf([], "plug-in modules imported first (on the driver; a user's signal, trigger, cost, "
+                                   "retriever … registers on import, then its name is valid anywhere in this config); "
+                                   "every benchmark of the suite gets them too")
     benchmarks: list[str] = field(default_factory=list, metadata={"help": "BenchConfig YAML files, in run order"})
     overrides: list[str] = helpf([], "KEY=VALUE overrides applied to every benchmark (as `kairos bench policies "
                                      "--set`), e.g. [dev=0:2, test=2:6] for a smoke run")
@@ -61,7 +64,7 @@ def load_suite(path: str, out: str | None = None, overrides: list[str] | None = 
     for b in suite.benchmarks:
         if not Path(b).is_file():
             raise ConfigError(f"{path}: benchmarks: {b} does not exist")
-        cfg = load_config(b, None, sets)
+        cfg = load_config(b, None, sets, plugins=suite.plugins)
         if out:  # a suite run elsewhere keeps every benchmark's results under its own out_dir
             cfg.out_dir = str(Path(out) / cfg.name)
         benches.append(cfg)

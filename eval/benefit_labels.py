@@ -107,8 +107,9 @@ def run(env_config, out: str | Path, max_questions: int | None = None,
     return summary
 
 
-#: training-free signals and the direction in which they flag a step (higher score = retrieve)
-SIGNAL_DIRECTION = {"minprob": -1, "maxprob": -1, "ppl": 1, "entropy": 1, "rsus": 1, "u_ent": 1}
+#: training-free signals ranked against the labels, each in its own declared error direction
+#: (``agents.signals.base.signal_meta``: higher score = retrieve after the sign)
+RANKED_SIGNALS = ("minprob", "maxprob", "ppl", "entropy", "rsus", "u_ent")
 
 
 def summarize(path: str | Path, n_boot: int = 1000) -> dict[str, Any]:
@@ -131,7 +132,10 @@ def summarize(path: str | Path, n_boot: int = 1000) -> dict[str, Any]:
                                [max([r["quality_never"]] + [s["quality_retrieve"] for s in r["steps"]]) for r in rows])),
                            "auroc": {}}
     if 0 < y.sum() < len(y):
-        for name, sign in SIGNAL_DIRECTION.items():
+        from agents.signals.base import signal_meta
+
+        for name in RANKED_SIGNALS:
+            sign = signal_meta(name)["error_direction"]
             vals = [s["signals"].get(name) for _, s in steps]
             if any(v is None for v in vals):
                 continue

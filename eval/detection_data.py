@@ -30,16 +30,23 @@ MICRO_SPLITS = ("question", "entity", "shifted")
 SPLIT_LABELS = {"question": "(a) question", "entity": "(a') entity-disjoint", "shifted": "(b) shifted world",
                 "hotpotqa": "(c) HotpotQA benefit"}
 
-#: detector -> (label, learned?, higher score = more likely an error)
+#: the training-free detectors: signals whose label and error direction are their own declaration
+#: (``agents.signals.base.signal_meta``)
+TRAINING_FREE = ("coe_r", "coe_c", "ppl", "maxprob", "entropy", "minprob")
+
+
+def _training_free(name: str) -> tuple[str, bool, bool]:
+    from agents.signals.base import signal_meta
+
+    meta = signal_meta(name)
+    return meta["label"], False, meta["error_direction"] > 0
+
+
+#: detector -> (label, learned?, higher score = more likely an error); a probe's score is its error probability
 DETECTORS: dict[str, tuple[str, bool, bool]] = {
     "pulse": ("PUlSE probe", True, True),
     "reprobe": ("ReProbe", True, True),
-    "coe_r": ("CoE-R", False, False),
-    "coe_c": ("CoE-C", False, False),
-    "ppl": ("PPL", False, True),
-    "maxprob": ("MaxProb", False, False),
-    "entropy": ("Entropy", False, True),
-    "minprob": ("MinProb", False, False),
+    **{name: _training_free(name) for name in TRAINING_FREE},
     "ref_last_layer": ("ref: last-layer state probe", True, True),
     "ref_step_meta": ("ref: step index + length probe", True, True),
 }

@@ -19,13 +19,13 @@ from typing import Any
 
 def _ci(v: dict | None, key: str = "diff", nd: int = 3, signed: bool = True) -> str:
     """``value [lo, hi]`` of a statistics dict (the report's own formatting); ``–`` when absent."""
-    from eval.bench_report import DASH, _fmt_ci
+    from eval.report_format import DASH, _fmt_ci
 
     return _fmt_ci(v[key], v["lo"], v["hi"], nd, signed) if v else DASH
 
 
 def _acc(v: dict) -> str:
-    from eval.bench_report import _fmt_ci
+    from eval.report_format import _fmt_ci
 
     return _fmt_ci(v["accuracy"], v["acc_lo"], v["acc_hi"])
 

@@ -73,6 +73,7 @@ _REGISTRIES: dict[str, str] = {
     "LAMBDA_SCHEDULES": "train.curriculum:LAMBDA_SCHEDULES",
     "QUERYGEN_REWARDS": "policies.querygen.rewards:REWARDS",
     "BENCHES": "eval.bench_cli:BENCHES",
+    "METHOD_KINDS": "eval.bench.methods:METHOD_KINDS",
     "COMMANDS": "eval.cli:COMMANDS",
 }
 

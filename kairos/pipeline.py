@@ -279,12 +279,14 @@ def read_env_config(path: str | Path):
     from envs.env_config import PRESETS, EnvConfig
 
     data = read_yaml_mapping(path)
+    extra = data.get("plugins") or []  # a training or bench config's top-level plug-ins are its env's too
+    def env_of(d): return {**d, "plugins": list(dict.fromkeys([*extra, *(d.get("plugins") or [])]))} if extra else d
     if isinstance(data.get("env_config"), dict):
         preset = data.get("env", "microworld")
-        return EnvConfig.from_preset(preset if preset in PRESETS else None, data["env_config"],
+        return EnvConfig.from_preset(preset if preset in PRESETS else None, env_of(data["env_config"]),
                                      where=f"{path}.env_config")
     if isinstance(data.get("env"), dict):
-        return EnvConfig.from_dict(data["env"], where=f"{path}.env")
+        return EnvConfig.from_dict(env_of(data["env"]), where=f"{path}.env")
     return EnvConfig.from_dict(data, where=str(path))
 
 

@@ -346,7 +346,8 @@ CASES = [
      ConfigError, r"MethodSpec 'X'.trigger: unknown trigger 'evry' \(registered: never, always"),
     ("bench-options-wrong-kind", lambda t: _bench(t, methods=[{"name": "CoT", "kind": "never",
                                                                "options": {"p": 1}}]),
-     ConfigError, r"'trigger' and 'options' are for kind 'trigger'"),
+     ConfigError, r"methods\['CoT'\]\.options: unknown config key 'options' for a 'never' method \(a key of kind "
+                  r"trigger; valid keys: env, kind, name, query_mode\)"),
     ("bench-query-mode-not-in-env", lambda t: _bench(t, methods=[{"name": "CoT", "kind": "never"},
                                                                  {"name": "A", "kind": "always",
                                                                   "query_mode": "question"}]),

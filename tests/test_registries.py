@@ -26,6 +26,7 @@ def _registries() -> dict[str, Registry]:
     from envs.core.data.loaders import LOADERS
     from envs.costs import COSTS
     from envs.tasks import TASKS
+    from eval.bench.methods import METHOD_KINDS
     from eval.bench_cli import BENCHES
     from eval.cli import COMMANDS
     from policies.querygen.rewards import REWARDS
@@ -35,7 +36,8 @@ def _registries() -> dict[str, Registry]:
     return {"reasoners": REASONERS, "signals": SIGNALS, "query_modes": QUERY_MODES, "retrievers": RETRIEVERS,
             "costs": COSTS, "triggers": TRIGGERS, "lambda_schedules": LAMBDA_SCHEDULES, "tasks": TASKS,
             "querygen_rewards": REWARDS, "datasets": LOADERS, "corpus_builders": CORPUS_BUILDERS,
-            "benchmarks": BENCHES, "commands": COMMANDS, "detectors": DETECTORS}
+            "benchmarks": BENCHES, "commands": COMMANDS, "detectors": DETECTORS,
+            "method_kinds": METHOD_KINDS}
 
 
 REGISTRIES = _registries()
@@ -185,6 +187,42 @@ def test_a_user_signal_is_usable_by_the_env_with_one_decorator():
         SIGNALS.unregister("_n_words")
     with pytest.raises(ValueError, match="unknown observation group '_words'"):
         EnvConfig.from_dict({"signals": ["output", "_words"]})
+
+
+def test_every_scalar_signal_declares_its_label_and_error_direction():
+    """One source for a signal's label and error direction: its own declaration (``SignalBase.label`` /
+    ``error_direction``, or ``register_signal(scalar_labels=…)``), which the detection benchmark, the probe
+    references and the benefit-label AUROCs read."""
+    from agents.signals.base import retrieve_direction, signal_meta
+    from envs.observation import scalar_signals
+    from eval.benefit_labels import RANKED_SIGNALS
+    from eval.detection_data import DETECTORS, TRAINING_FREE
+    from policies.probes.pipeline import REFERENCES
+
+    for name in scalar_signals():
+        meta = signal_meta(name)
+        assert meta["label"] and meta["error_direction"] in (-1, 1), (name, meta)
+    assert (signal_meta("minprob")["error_direction"], retrieve_direction("minprob")) == (-1, "below")
+    assert (signal_meta("u_ent"), retrieve_direction("ppl")) == ({"label": "U_ent", "error_direction": 1,
+                                                                  "signal": "rsus"}, "above")
+    for name in TRAINING_FREE:
+        assert DETECTORS[name] == (signal_meta(name)["label"], False, signal_meta(name)["error_direction"] > 0)
+    assert all(REFERENCES[n] == (signal_meta(n)["error_direction"] > 0) for n in REFERENCES)
+    assert set(RANKED_SIGNALS) <= set(scalar_signals())
+    with pytest.raises(KeyError, match="'nope' is not registered"):
+        signal_meta("nope")
+
+
+def test_a_signal_is_selected_by_its_name_too():
+    """``EnvConfig.signals`` takes a registered signal's name besides the groups: the observation field it writes
+    (a signal without a group: a field of its own, named after it)."""
+    from envs.env_config import EnvConfig
+    from envs.observation import group_fields, group_signals, signal_names
+
+    assert "ppl" in signal_names() and "output" not in signal_names()
+    assert group_fields()["ppl"] == ["ppl"] and group_signals()["ppl"] == ["ppl"]
+    assert group_fields()["step_embedding"] == ["step_embedding"]  # one field of the 'content' group
+    assert EnvConfig.from_dict({"signals": ["output", "ppl"]}).signals == ["output", "ppl"]
 
 
 def test_unknown_task_fails_on_the_config_naming_the_key():

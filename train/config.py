@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envs.core.config import ConfigBase, ConfigError, helpf
+from envs.core.plugins import import_plugins
 from envs.env_config import PRESETS, EnvConfig
 from envs.serving import ReasonerServiceConfig, RetrieverServiceConfig
 from train.curriculum import ScheduleConfig
@@ -122,6 +123,9 @@ class TrainConfig(ConfigBase):
 
     name: str = helpf("microworld", "run name (TensorBoard tag prefix, exported policy name)")
     out_dir: str = helpf("runs/train/microworld", "run directory: checkpoints/, tb/, metrics.jsonl, policy/")
+    plugins: list[str] = helpf([], "plug-in modules imported first (on the driver; a user's signal, trigger, cost, "
+                                   "retriever … registers on import, then its name is valid anywhere in this config); "
+                                   "the env carries them to every EnvRunner, warm-start worker and service (env_config.plugins)")
     iterations: int = helpf(40, "training iterations (one batch of complete episodes each)")
     seed: int = helpf(0, "seed of RLlib, torch and the env runners")
     num_cpus: int = helpf(2, "CPUs for a local Ray (ignored when connecting to a running cluster)")
@@ -170,6 +174,8 @@ class TrainConfig(ConfigBase):
         """As :meth:`ConfigBase.from_dict`, the ``env_config`` mapping loaded over the preset ``env`` names."""
         where = where or cls.__name__
         data = dict(data or {})
+        if data.get("plugins"):  # before the env (loaded here, over its preset) checks its names
+            import_plugins(data["plugins"], f"{where}.plugins", ConfigError)
         env = data.get("env", "microworld")
         raw = data.get("env_config", DEFAULT_ENV_CONFIG)
         if not isinstance(raw, (EnvConfig, FactoryEnvConfig)):

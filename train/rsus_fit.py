@@ -36,6 +36,9 @@ class RSUSFitConfig(ConfigBase):
                                                      "signals": ["output", "rsus"]}),
         metadata={"help": "env config (EnvConfig fields; micro-world: the counterfactual labels need its cache "
                           "replays; default: {split: dev, rsus_components: [ent, cons], signals: [output, rsus]})"})
+    plugins: list[str] = helpf([], "plug-in modules imported first (on the driver; a user's signal, trigger, cost, "
+                                   "retriever … registers on import, then its name is valid anywhere in this config); "
+                                   "the env carries them (env.plugins)")
     questions: str = helpf("0:100", "a 'start:stop' slice of the env split (the validation questions)")
     lam: float = helpf(0.1, "λ of retrieval calls in the counterfactual rewards")
     grid_step: float = helpf(0.05, "resolution of the weight-simplex grid")

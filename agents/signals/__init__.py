@@ -15,6 +15,8 @@ from agents.signals.base import (
     available_signals,
     make_signal,
     register_signal,
+    retrieve_direction,
+    signal_meta,
 )
 from agents.signals.extractor import SignalExtractor
 from agents.signals.hidden import (
@@ -53,5 +55,5 @@ __all__ = [
     "ScoreSource", "Signal", "SignalBase", "SignalExtractor", "SignalUnavailable", "VerbalConfidence",
     "agreement", "attention_received", "available_signals", "coe_scores", "default_interval", "eigenscore",
     "extract_entities", "fit_weights", "has_discourse_marker", "make_signal", "micro_sample_states",
-    "pulse_features", "register_signal", "rind_scores", "surface_features", "transitions", "u_cons", "u_ent",
+    "pulse_features", "register_signal", "retrieve_direction", "signal_meta", "rind_scores", "surface_features", "transitions", "u_cons", "u_ent",
 ]

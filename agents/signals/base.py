@@ -89,7 +89,8 @@ SIGNALS: Registry[Callable[..., Signal]] = Registry(
 
 def register_signal(name: str, *, group: str | None = None, field: str | None = None,
                     scalars: dict[str, int] | None = None, dtype: str = "float32",
-                    episode_field: str | None = None) -> Callable[[Callable[..., Signal]], Callable[..., Signal]]:
+                    episode_field: str | None = None, scalar_labels: dict[str, tuple[str, int]] | None = None,
+                    ) -> Callable[[Callable[..., Signal]], Callable[..., Signal]]:
     """Class decorator: register a signal under ``name`` (also sets ``cls.name`` when unset).
 
     What it declares is all the env needs to use it — no other table to edit:
@@ -103,9 +104,12 @@ def register_signal(name: str, *, group: str | None = None, field: str | None = 
         dtype: the field's dtype in observations and cache records (``float16`` for large embeddings).
         episode_field: an extra observation field holding this signal's value at the episode's first step
             (kept for the whole episode: the question's embedding is the context embedding of step 1).
+        scalar_labels: scalar name -> ``(label, error_direction)`` for a scalar that is neither this signal
+            nor a registered signal of its own (RSUS's components); the others take the ``label`` and
+            ``error_direction`` of the signal of their name (:func:`signal_meta`).
     """
     info = {"group": group, "field": (field or group) if group else None, "scalars": dict(scalars or {}),
-            "dtype": dtype, "episode_field": episode_field}
+            "dtype": dtype, "episode_field": episode_field, "scalar_labels": dict(scalar_labels or {})}
 
     def deco(cls: Callable[..., Signal]) -> Callable[..., Signal]:
         if isinstance(cls, type) and not cls.__dict__.get("name"):
@@ -115,6 +119,36 @@ def register_signal(name: str, *, group: str | None = None, field: str | None = 
         return SIGNALS.register(name, cls, **info)
 
     return deco
+
+
+def signal_meta(name: str) -> dict[str, Any]:
+    """The display ``label`` and ``error_direction`` (+1: higher = more likely an error, −1: higher = more likely
+    correct, 0: a feature vector only a probe reads) of a signal or scalar — the one source every table reads
+    (detection benchmark, probe references, benefit labels, a threshold method's default direction). A scalar
+    takes what the signal that reports it declared in ``scalar_labels``, else the signal of its own name's class
+    attributes (``ppl`` → :class:`~agents.signals.output.PPL`), else its reporting signal's when it has that
+    signal's name. Unknown: :class:`KeyError` naming it."""
+    SIGNALS.names()  # the builtins
+    for owner in SIGNALS.names():
+        declared = SIGNALS.info(owner).get("scalar_labels", {})
+        if name in declared:
+            label, direction = declared[name]
+            return {"label": label, "error_direction": int(direction), "signal": owner}
+    if name in SIGNALS:
+        cls = SIGNALS.get(name)
+        return {"label": getattr(cls, "label", "") or name, "error_direction": int(getattr(cls, "error_direction", 0)),
+                "signal": name}
+    raise KeyError(f"signal or scalar '{name}' is not registered (registered signals: {', '.join(SIGNALS.names())})")
+
+
+def retrieve_direction(name: str) -> str | None:
+    """``'above'`` / ``'below'``: the side of a threshold on which the signal or scalar ``name`` flags a likely
+    error (its declared ``error_direction``); None when it declares none or is not registered."""
+    try:
+        d = signal_meta(name)["error_direction"]
+    except KeyError:
+        return None
+    return "above" if d > 0 else "below" if d < 0 else None
 
 
 def _resolve(name: str) -> Callable[..., Signal]:

@@ -264,7 +264,8 @@ class RSUSConfig(ConfigBase):
             raise ConfigError(f"RSUSConfig: unknown agreement '{self.agreement}' (valid: jaccard, exact)")
 
 
-@register_signal("rsus", group="rsus", scalars={"rsus": 0, "u_verb": 1, "u_ent": 2, "u_cons": 3})
+@register_signal("rsus", group="rsus", scalars={"rsus": 0, "u_verb": 1, "u_ent": 2, "u_cons": 3},
+                 scalar_labels={"u_verb": ("U_verb", 1), "u_ent": ("U_ent", 1), "u_cons": ("U_cons", 1)})
 class RSUS(SignalBase):
     """RSUS, its components and their availability, ``[RSUS, U_verb, U_ent, U_cons, has_verb, has_ent, has_cons]``,
     each in [0, 1] (see the module docstring).

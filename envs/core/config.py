@@ -142,8 +142,22 @@ def plain_data(value: Any) -> Any:
     return value
 
 
+def _hand_down_plugins(obj: Any, plugins: list[str]) -> None:
+    """A config's ``plugins`` added to those of the configs it holds that have the key (its env: which carries them
+    to every worker process)."""
+    for f in dataclasses.fields(obj):
+        values = getattr(obj, f.name)
+        for v in values if isinstance(values, (list, tuple)) else [values]:
+            if f.name != "plugins" and isinstance(v, ConfigBase) and isinstance(getattr(v, "plugins", None), list):
+                v.plugins = list(dict.fromkeys([*plugins, *v.plugins]))  # type: ignore[attr-defined]
+
+
 class ConfigBase:
-    """Mixin for ``@dataclass`` configs: strict ``from_dict``/``from_yaml``, ``to_dict``, CLI flags."""
+    """Mixin for ``@dataclass`` configs: strict ``from_dict``/``from_yaml``, ``to_dict``, CLI flags.
+
+    A config with a ``plugins`` field imports those modules (:mod:`envs.core.plugins`) before its other keys are
+    checked — so a plug-in's registered names are valid anywhere in it — and hands them to the configs it holds
+    that have the key (an env carries them to every process that rebuilds it)."""
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None, where: str | None = None) -> typing.Self:
@@ -155,6 +169,11 @@ class ConfigBase:
         unknown = [k for k in data if k not in fields]
         if unknown:
             raise unknown_key_error(where, unknown[0], fields)
+        plugins = None
+        if "plugins" in fields and data.get("plugins"):  # before any name of the config is checked
+            from envs.core.plugins import import_plugins
+
+            plugins = import_plugins(data["plugins"], f"{where}.plugins", ConfigError)
         missing = [n for n, f in fields.items() if f.init and n not in data
                    and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
         if missing:
@@ -164,6 +183,8 @@ class ConfigBase:
             obj = cls(**kwargs)
         except TypeError as e:
             raise ConfigError(f"{where}: {e}") from e
+        if plugins:
+            _hand_down_plugins(obj, plugins)
         validate = getattr(obj, "validate", None)
         if callable(validate):  # a validate(where=…) names the key path its errors are about
             validate(where=where) if "where" in inspect.signature(validate).parameters else validate()

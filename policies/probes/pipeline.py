@@ -17,12 +17,14 @@ from typing import Any
 
 import numpy as np
 
+from agents.signals.base import signal_meta
 from envs.core.config import ConfigBase, ConfigError, helpf
 
 log = logging.getLogger(__name__)
 
-#: training-free references: name -> higher_is_error
-REFERENCES = {"ppl": True, "minprob": False, "maxprob": False, "entropy": True, "coe_r": False, "coe_c": False}
+#: training-free references: name -> higher_is_error (each signal's own declared error direction)
+REFERENCES = {name: signal_meta(name)["error_direction"] > 0
+              for name in ("ppl", "minprob", "maxprob", "entropy", "coe_r", "coe_c")}
 
 
 @dataclass

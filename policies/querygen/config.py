@@ -65,6 +65,9 @@ class QueryGenTrainConfig(ConfigBase):
 
     world: str = helpf("microworld", "microworld | hotpotqa")
     out_dir: str = helpf("runs/querygen/microworld", "run folder: data/, sft/, rl/, checkpoints, tb/, report")
+    plugins: list[str] = helpf([], "plug-in modules imported first (on the driver; a user's signal, trigger, cost, "
+                                   "retriever … registers on import, then its name is valid anywhere in this config); "
+                                   "e.g. a QueryGen reward or a query mode")
     base_model: str | None = helpf(None, "start from this model (default: the world's reasoner LM / SmolLM2)")
     artifact: str | None = helpf(None, "micro-world artifact (default: the shipped one)")
     train_split: str | None = helpf(None, "questions for training (default: microworld train, hotpotqa dev[0:500:2])")

@@ -208,7 +208,8 @@ def test_mode_errors(tmp_path):
     with pytest.raises(ConfigError, match="query mode 'nope'"):
         _cfg(tmp_path, [{"name": "CoT", "kind": "never"},
                         {"name": "F", "kind": "threshold", "signal": "minprob", "query_mode": "nope"}])
-    with pytest.raises(ConfigError, match="query_modes .calibrating the query mode. is for threshold"):
+    with pytest.raises(ConfigError, match=r"methods\['CoT'\]\.query_modes: unknown config key 'query_modes' for a "
+                                          r"'never' method \(a key of kind threshold, cache_oracle; valid keys: "):
         _cfg(tmp_path, [{"name": "CoT", "kind": "never", "query_modes": ["all"]}])
     with pytest.raises(ConfigError, match="takes no 'env' override"):
         run_bench(_cfg(tmp_path, [{"name": "CoT", "kind": "never"},
@@ -254,7 +255,7 @@ def test_recall_at_k_of_the_ranked_lists_per_call():
     calls; None when a call's list was not recorded, or nothing was retrieved."""
     from types import SimpleNamespace
 
-    from eval.bench_policies import _recall_at_k
+    from eval.bench.summary import _recall_at_k
 
     gold = {0: ["a", "b"], 1: ["c"], 2: []}
     runner = SimpleNamespace(components=SimpleNamespace(questions=[0, 1, 2], gold_passages=lambda q: gold[q]))

@@ -1,0 +1,363 @@
+"""The builtin method kinds of the benchmark (registered in :data:`eval.bench.methods.METHOD_KINDS`).
+
+never · always · single · oracle — the published baselines and the gold-label oracle; threshold — a step signal
+against a threshold calibrated on dev; random — retrieval at a given or matched rate; cache_oracle — the best
+action sequence per question; learned — an exported RL policy; trigger — any registered trigger.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from envs.core.config import ConfigError, helpf
+from eval.bench import calibration
+from eval.bench.methods import KIND_HELP, METHOD_KINDS, MethodSpec, RunContext, Skip, policy_path_missing, tag
+
+if TYPE_CHECKING:
+    from envs.env_config import EnvConfig
+
+_QUERY_MODES_HELP = ("calibrate the query formulation on dev too — the (mode, threshold) pair with the best dev "
+                     "reward is evaluated on test; 'all' = every env query mode")
+
+
+def _check_modes(m: MethodSpec) -> None:
+    if getattr(m, "query_modes", None) and m.query_mode:
+        raise ConfigError(f"MethodSpec '{m.name}': give query_mode (fixed) or query_modes (calibrated), not both")
+    if m.query_mode and m.uses_querygen():
+        raise ConfigError(f"MethodSpec '{m.name}': query_mode fixes the mode, querygen lets the policy choose it — "
+                          f"not both")
+
+
+def _calibrated_modes(m: MethodSpec, runner: Any) -> list[str | None]:
+    if m.query_mode:
+        return [m.query_mode]
+    if not m.query_modes:  # type: ignore[attr-defined]
+        return [None]
+    return list(runner.env_config.query_modes) if "all" in m.query_modes else list(m.query_modes)  # type: ignore
+
+
+# ---------------------------------------------------------------- baselines
+@METHOD_KINDS.register("never")
+@dataclass
+class NeverMethod(MethodSpec):
+    """CoT: never retrieve."""
+
+    kind: str = helpf("never", KIND_HELP)
+
+
+@METHOD_KINDS.register("always")
+@dataclass
+class AlwaysMethod(MethodSpec):
+    """IRCoT-style: retrieve at every step."""
+
+    kind: str = helpf("always", KIND_HELP)
+
+
+@METHOD_KINDS.register("single")
+@dataclass
+class SingleMethod(MethodSpec):
+    """Single RAG: one retrieval before step 1 — with the question as query, as published (query_mode: another)."""
+
+    kind: str = helpf("single", KIND_HELP)
+
+    def run(self, ctx: RunContext) -> dict[str, Any]:
+        if self.query_mode:
+            return super().run(ctx)
+        env = self.env
+        qm = list(env.get("query_modes") or ctx.runner.env_config.query_modes)
+        if "question" not in qm:  # the question mode only for this method (its own trajectory-cache namespace)
+            env = env.updated(query_modes=qm + ["question"])
+        return ctx.runner.run(self.make_trigger(), "test", ctx.test, tag=f"{self.name}[question]", env=env,
+                              mode="question")
+
+    def replay(self, env_config: EnvConfig, calib: dict[str, Any]) -> tuple[EnvConfig, Any, str | None, bool]:
+        if self.query_mode:
+            return super().replay(env_config, calib)
+        if "question" not in env_config.query_modes:  # as run: one retrieval with the question as query
+            env_config = env_config.replace(query_modes=list(env_config.query_modes) + ["question"])
+        return env_config, self.make_trigger(), "question", False
+
+
+@METHOD_KINDS.register("oracle")
+@dataclass
+class OracleMethod(MethodSpec):
+    """Retrieve exactly at the steps the gold labels mark (tasks with step labels)."""
+
+    report_kind = "oracle"
+    replayable = False
+    kind: str = helpf("oracle", KIND_HELP)
+
+    def run(self, ctx: RunContext) -> dict[str, Any]:
+        if not ctx.runner.components.has_labels:
+            raise Skip("no ground-truth step labels for this task")
+        return super().run(ctx)
+
+
+@METHOD_KINDS.register("trigger")
+@dataclass
+class TriggerMethod(MethodSpec):
+    """Any trigger registered in :data:`policies.triggers.TRIGGERS` (e.g. a plug-in's), built with ``options``."""
+
+    report_kind = "fixed"
+    kind: str = helpf("trigger", KIND_HELP)
+    trigger: str | None = helpf(None, "a name registered in policies.triggers.TRIGGERS (e.g. your own, from a "
+                                      "plug-in) or a dotted path 'package.module:Class', built with 'options'")
+    options: dict = helpf({}, "keyword arguments of the trigger's constructor")
+    querygen: bool = helpf(False, "the trigger chooses the query mode too (the env runs with QueryGen actions)")
+
+    def validate(self) -> None:
+        super().validate()
+        from policies.triggers import TRIGGERS
+
+        if not self.trigger:
+            raise ConfigError(f"MethodSpec '{self.name}': kind 'trigger' needs 'trigger' (a registered name: "
+                              f"{', '.join(TRIGGERS.names())}; or 'package.module:Class')")
+        TRIGGERS.check(self.trigger, f"MethodSpec '{self.name}'.trigger", ConfigError)
+        _check_modes(self)
+
+    def make_trigger(self, threshold: float | None = None, p: float | None = None, seed: int = 0):
+        from policies.triggers import TRIGGERS
+
+        t = TRIGGERS.make(self.trigger, **self.options)
+        t.name = self.name
+        return t
+
+
+# ---------------------------------------------------------------- calibrated triggers
+@METHOD_KINDS.register("threshold")
+@dataclass
+class ThresholdMethod(MethodSpec):
+    """A step signal against a threshold calibrated on dev (best reward; ties: fewer calls)."""
+
+    report_kind = "fixed"
+    kind: str = helpf("threshold", KIND_HELP)
+    signal: str | None = helpf(None, "the step signal (info['signals'] name, e.g. minprob, rsus, or a plug-in's)")
+    direction: str = helpf("below", "retrieve when the signal is 'below' or 'above' the threshold")
+    thresholds: list[float] | None = helpf(None, "the dev sweep grid (null: quantiles of the signal under CoT "
+                                                 "on dev)")
+    fixed_threshold: float | None = helpf(None, "use this value instead of calibrating (for baselines whose "
+                                                "published operating point is part of the method, e.g. RSUS τ = "
+                                                "0.65); it is still reported as fixed")
+    query_modes: list[str] = helpf([], _QUERY_MODES_HELP)
+    curve: bool = helpf(True, "also sweep the grid on test for the plot's curve (when test_curves is on)")
+
+    def validate(self) -> None:
+        super().validate()
+        if not self.signal:
+            raise ConfigError(f"MethodSpec '{self.name}': a threshold method needs 'signal'")
+        if self.direction not in ("below", "above"):
+            raise ConfigError(f"MethodSpec '{self.name}': direction must be below or above")
+        _check_modes(self)
+
+    def named_query_modes(self) -> list[str]:
+        return super().named_query_modes() + [q for q in self.query_modes if q != "all"]
+
+    def modes(self, runner: Any) -> list[str | None]:
+        return _calibrated_modes(self, runner)
+
+    def preflight(self, known_signals: set[str], skip_missing_policies: bool) -> None:
+        if self.signal not in known_signals:  # a typo; a known signal this env does not produce is a skip
+            raise ConfigError(f"method '{self.name}': unknown signal '{self.signal}' (known: "
+                              f"{', '.join(sorted(known_signals))})")
+
+    def make_trigger(self, threshold: float | None = None, p: float | None = None, seed: int = 0):
+        from policies.triggers import TRIGGERS
+
+        t = TRIGGERS.make("threshold", self.signal, float(threshold), self.direction, name=self.name)
+        t.name = self.name
+        return t
+
+    def run(self, ctx: RunContext) -> dict[str, Any]:
+        runner = ctx.runner
+        scalars = runner.scalars_of(self.env)
+        if self.signal not in scalars:
+            raise Skip(f"signal '{self.signal}' is not produced by this env (available: {', '.join(sorted(scalars))})")
+        modes = self.modes(runner)
+        cot_dev = ctx.cot_dev
+        if self.env and not self.thresholds:  # the grid comes from the signal's values in the method's own env
+            from policies.triggers import NeverTrigger
+
+            cot_dev = runner.run(NeverTrigger(), "dev", ctx.dev, tag=f"CoT[{runner.env_tag(self.env)}]", env=self.env)
+        grid = self.thresholds or calibration.auto_grid(cot_dev["episodes"], self.signal, self.direction)
+        if self.fixed_threshold is None and not grid:
+            raise Skip(f"signal '{self.signal}' has no finite values on dev")
+        points = [self.fixed_threshold] if self.fixed_threshold is not None else grid
+        best, sweep = calibration.calibrate(self, runner, ctx.dev, points, modes)
+        chosen, mode = best["threshold"], best["mode"]
+        ctx.calib[self.name] = {"grid": grid, "sweep": sweep, "chosen": chosen, "mode": mode,
+                                "dev_reward": best["reward"]}
+        calibration.log.info("%s: threshold %.6g%s (%s)", self.name, chosen, f", query mode {mode}" if mode else "",
+                             "fixed by the config" if self.fixed_threshold is not None else "calibrated on dev")
+        res = runner.run(self.make_trigger(threshold=chosen), "test", ctx.test, tag=tag(self.name, mode,
+                         f"{chosen:.6g}"), env=self.env, mode=mode)
+        res["threshold"], res["query_mode"] = chosen, mode or (self.env.get("query_modes") or [None])[0]
+        if runner.cfg.test_curves and self.curve and grid:
+            curve = []
+            for t in sorted(set(grid) | {chosen}):
+                r = runner.run(self.make_trigger(threshold=t), "test", ctx.test, tag=tag(self.name, mode, f"{t:.6g}"),
+                               env=self.env, mode=mode)
+                curve.append({"threshold": t, "accuracy": r["accuracy"], "calls": r["calls_per_question"]})
+            res["curve"] = sorted(curve, key=lambda c: c["calls"])
+        return res
+
+    def replay(self, env_config: EnvConfig, calib: dict[str, Any]) -> tuple[EnvConfig, Any, str | None, bool]:
+        return env_config, self.make_trigger(threshold=calib["chosen"]), calib.get("mode"), False
+
+
+@METHOD_KINDS.register("random")
+@dataclass
+class RandomMethod(MethodSpec):
+    """Retrieve with probability ``p`` — or at the per-decision rate of the method it ``match``es — over seeds."""
+
+    report_kind = "random"
+    runs_last = True
+    replayable = False
+    kind: str = helpf("random", KIND_HELP)
+    match: str | None = helpf(None, "the method whose per-decision retrieval rate on test it matches")
+    p: float | None = helpf(None, "the retrieval probability (instead of match)")
+    seeds: int = helpf(3, "seeds (per-question quality is averaged over them)")
+
+    def validate(self) -> None:
+        super().validate()
+        if (self.match is None) == (self.p is None):
+            raise ConfigError(f"MethodSpec '{self.name}': a random method needs exactly one of 'match' or 'p'")
+
+    def check_with(self, names: list[str], query_modes: list[str]) -> None:
+        super().check_with(names, query_modes)
+        if self.match is not None and self.match not in names:
+            raise ConfigError(f"BenchConfig: method '{self.name}' matches unknown method '{self.match}'")
+
+    def make_trigger(self, threshold: float | None = None, p: float | None = None, seed: int = 0):
+        from policies.triggers import TRIGGERS
+
+        t = TRIGGERS.make("random", float(p), seed=seed, name=self.name)
+        t.name = self.name
+        return t
+
+    def run(self, ctx: RunContext) -> dict[str, Any]:
+        results = ctx.results
+        p = self.p if self.p is not None else (calibration.retrieval_rate(results[self.match]["episodes"])
+                                               if self.match in results else None)
+        if p is None:
+            raise Skip(f"the matched method '{self.match}' did not run")
+        mode = self.modes(ctx.runner)[0]
+        runs = [ctx.runner.run(self.make_trigger(p=p, seed=s), "test", ctx.test, tag=tag(self.name, mode,
+                f"p{p:.4f}_s{s}"), env=self.env, mode=mode) for s in range(self.seeds)]
+        return calibration.average_seeds(runs, p)
+
+    def report_extras(self, result: dict[str, Any]) -> dict[str, Any]:
+        return {"p": result["p"], "seed_accuracy": result["seed_accuracy"]}
+
+
+@METHOD_KINDS.register("cache_oracle")
+@dataclass
+class CacheOracleMethod(MethodSpec):
+    """Per question the best action sequence at the bench λ, found by enumerating the decision tree: an upper bound
+    for any timing policy (``query_modes``: each retrieval may use any of them — the ceiling of that action
+    space)."""
+
+    report_kind = "oracle"
+    ceiling = True
+    replayable = False
+    kind: str = helpf("cache_oracle", KIND_HELP)
+    query_modes: list[str] = helpf([], "search the query mode of each retrieval too, over these ('all' = every env "
+                                       "query mode)")
+
+    def validate(self) -> None:
+        super().validate()
+        _check_modes(self)
+        if self.env:  # a silently ignored override printed the default oracle's numbers before
+            raise ConfigError(f"method '{self.name}': kind cache_oracle searches the bench env's own decision tree; "
+                              "it takes no 'env' override")
+
+    def named_query_modes(self) -> list[str]:
+        return super().named_query_modes() + [q for q in self.query_modes if q != "all"]
+
+    def modes(self, runner: Any) -> list[str | None]:
+        return _calibrated_modes(self, runner)
+
+    def run(self, ctx: RunContext) -> dict[str, Any]:
+        modes = self.modes(ctx.runner)
+        res = calibration.cache_oracle(ctx.runner, ctx.test, ctx.lam, modes=None if modes == [None] else modes)
+        res["query_mode"] = "+".join(modes) if modes != [None] else None
+        return res
+
+
+# ---------------------------------------------------------------- learned policies
+@METHOD_KINDS.register("learned")
+@dataclass
+class LearnedMethod(MethodSpec):
+    """An exported RL policy (``policies.rl.export``)."""
+
+    report_kind = "learned"
+    kind: str = helpf("learned", KIND_HELP)
+    path: str | None = helpf(None, "exported policy directory (policies.rl.export)")
+    lam: float | None = helpf(None, "the λ_retrieval it was trained at (label only)")
+    group: str | None = helpf(None, "methods sharing a group are seeds of one training configuration — pooled "
+                                    "against the best fixed trigger; each group is one point of the learned λ curve "
+                                    "(methods without a group are reported on their own)")
+    select_on_dev: bool = helpf(False, "pick, by dev reward, among path and the run's snapshots "
+                                       "(<run>/snapshots/iter_*; train with snapshot_every) — model selection on "
+                                       "dev, as thresholds are calibrated on dev")
+    querygen: bool = helpf(False, "also choose the query mode with the policy's QueryGen head (the env runs with "
+                                  "querygen on; path must hold an export with the query head)")
+    calibrate: bool = helpf(False, "calibrate the retrieve-probability threshold on dev (grid 'thresholds', "
+                                   "default 0.05…0.95) instead of the greedy 0.5")
+    thresholds: list[float] | None = helpf(None, "the retrieve-probability grid of 'calibrate'")
+
+    def validate(self) -> None:
+        super().validate()
+        if not self.path:
+            raise ConfigError(f"MethodSpec '{self.name}': a learned method needs 'path' (an exported policy)")
+        _check_modes(self)
+
+    def preflight(self, known_signals: set[str], skip_missing_policies: bool) -> None:
+        if not skip_missing_policies and policy_path_missing(self.path):
+            raise FileNotFoundError(f"method '{self.name}': no exported policy at {self.path} (train one with "
+                                    "`kairos train --config configs/train_microworld.yaml`; it writes "
+                                    "<out_dir>/policy_trigger), or set skip_missing_policies: true")
+
+    def make_trigger(self, threshold: float | None = None, p: float | None = None, seed: int = 0):
+        from policies.rl.export import LearnedTrigger
+
+        path = Path(self.path)
+        if policy_path_missing(path):
+            raise FileNotFoundError(f"method '{self.name}': no exported policy at {path} (train one with "
+                                    "`kairos train --config configs/train_microworld.yaml`; it writes "
+                                    "<out_dir>/policy_trigger)")
+        t = LearnedTrigger.load(path, name=self.name, querygen=self.querygen,
+                                threshold=0.5 if threshold is None else float(threshold))
+        if self.querygen and t.net.query_head is None:
+            raise ValueError(f"method '{self.name}': querygen is on but {path} has no query head (export the "
+                             "run's 'policy' directory of a QueryGen run, not 'policy_trigger')")
+        t.name = self.name
+        return t
+
+    def run(self, ctx: RunContext) -> dict[str, Any]:
+        runner = ctx.runner
+        if runner.cfg.skip_missing_policies and policy_path_missing(self.path):
+            raise Skip(f"no exported policy at {self.path} (not trained yet)")
+        modes = self.modes(runner)
+        if self.select_on_dev:
+            return calibration.select_learned(self, runner, ctx.dev, ctx.test, ctx.calib, modes[0])
+        if not self.calibrate:
+            return super().run(ctx)
+        grid = list(self.thresholds or calibration.PROB_GRID)
+        best, sweep = calibration.calibrate(self, runner, ctx.dev, grid, modes)
+        chosen, mode = best["threshold"], best["mode"]
+        ctx.calib[self.name] = {"grid": grid, "sweep": sweep, "chosen": chosen, "dev_reward": best["reward"]}
+        res = runner.run(self.make_trigger(threshold=chosen), "test", ctx.test, tag=tag(self.name, mode,
+                         f"{chosen:.6g}"), env=self.env, mode=mode, querygen=self.querygen)
+        res["threshold"] = chosen
+        return res
+
+    def replay(self, env_config: EnvConfig, calib: dict[str, Any]) -> tuple[EnvConfig, Any, str | None, bool]:
+        m, threshold = self, None
+        if self.select_on_dev:
+            m = dataclasses.replace(self, path=calib["chosen"], select_on_dev=False)
+        elif self.calibrate:
+            threshold = calib["chosen"]
+        return env_config, m.make_trigger(threshold=threshold), self.query_mode or None, self.querygen

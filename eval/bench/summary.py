@@ -1,0 +1,236 @@
+"""The benchmark's statistics and summary: bootstrap CIs, paired tests against the reference, accuracy at matched
+budgets, frontier dominance, the best fixed trigger (chosen on dev), oracle-gap fractions, seed-pooled learned
+groups and per-attribute breakdowns — the dict :mod:`eval.bench_report` renders (``summary.json``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from envs.core.config import ConfigError
+from eval import stats
+from eval.bench.config import BenchConfig, parse_slice
+from eval.bench.runner import Runner
+
+__all__ = ["summarize"]
+
+
+def summarize(cfg: BenchConfig, runner: Runner, results: dict[str, dict], calib: dict, skipped: dict) -> dict:
+    """The report's summary dict (see :mod:`eval.bench_report` for its schema)."""
+    kinds = {m.name: m for m in cfg.methods}
+    ref = cfg.reference if cfg.reference in results else next(iter(results), None)
+    qual = {k: np.array([e["quality"] for e in r["episodes"]], dtype=float) for k, r in results.items()}
+    methods: dict[str, dict[str, Any]] = {}
+    ref_acc = results[ref]["accuracy"] if ref else float("nan")
+    for name, r in results.items():
+        m = kinds[name]
+        ci = stats.bootstrap_mean_ci(qual[name], n_resamples=cfg.n_resamples, seed=cfg.seed)
+        calls = r["calls_per_question"]
+        methods[name] = {
+            "kind": m.report_kind, "accuracy": r["accuracy"], "acc_lo": ci["lo"], "acc_hi": ci["hi"],
+            "calls": calls, "tokens": r["tokens_per_question"], "seconds": r["seconds_per_question"],
+            "reward": r["reward"], "n": r["n"],
+            # accuracy gained over the reference per retrieval call; the share of gold passages that were injected
+            # (not Recall@k of the ranked lists, which the retrieval benchmark measures)
+            "gain_per_call": (r["accuracy"] - ref_acc) / calls if calls > 0 and name != ref else None,
+            "gold_injected_share": _evidence_recall(runner, r["episodes"]),
+            "recall_at_k": _recall_at_k(runner, r["episodes"]),
+            "threshold": r.get("threshold"), "curve": r.get("curve"),
+            "lambda": getattr(m, "lam", None) if m.report_kind == "learned" else None,
+            "harm_rate": (float(np.mean(qual[name] < qual[ref] - 1e-9)) if ref and name != ref else None),
+            "query_mode": r.get("query_mode") or m.query_mode or ("policy's QueryGen head" if m.uses_querygen() else None),
+            "dev_reward": calib.get(name, {}).get("dev_reward"),
+            # the task's answer metrics (F1 and EM; lenient and strict accuracy) and how the episodes ended
+            "metrics": r.get("metrics"), "no_answer_share": r.get("no_answer_share"),
+            "closed_share": r.get("closed_share"), "per_question": r.get("per_question"),
+        }
+        methods[name].update(m.report_extras(r))
+    comparisons = stats.compare_methods(qual, ref, n_resamples=cfg.n_resamples, seed=cfg.seed) if ref else []
+    points = [(v["calls"], v["accuracy"]) for v in methods.values()]
+    names = list(methods)
+    frontier = [names[i] for i in stats.pareto_frontier(points)] if points else []
+    curves = {k: [(c["calls"], c["accuracy"]) for c in (v["curve"] or [])] or [(v["calls"], v["accuracy"])]
+              for k, v in methods.items()}
+    learned = [k for k, v in methods.items() if v["kind"] == "learned"]
+    fixed = [k for k, v in methods.items() if v["kind"] == "fixed"]
+    budgets = sorted({round(methods[k]["calls"], 4) for k in learned + fixed})
+    matched = [{"budget": b, "method": k, "accuracy": stats.accuracy_at_budget(curves[k], b)}
+               for b in budgets for k in methods]
+    dominance = _dominance(methods, curves, _learned_groups(kinds, learned), fixed)
+    # the best fixed trigger is chosen on DEV (its calibrated dev reward), then reported on test: choosing it on
+    # test would hand the fixed side a selection bias the learned side does not get
+    best_fixed = max(fixed, key=lambda k: (calib.get(k, {}).get("dev_reward", -np.inf), -methods[k]["calls"])
+                     ) if fixed else None
+    notes = [f"Reward = quality − {cfg.lambda_retrieval:g} · retrieval calls. Thresholds (and query modes where "
+             f"listed) calibrated on dev {cfg.dev} (best reward), evaluated on test {cfg.test}. Harm rate: share of "
+             f"test questions whose quality is below {ref}'s."]
+    if best_fixed:
+        mode = methods[best_fixed].get("query_mode")
+        notes.append(f"Best fixed trigger (chosen on dev reward {calib[best_fixed]['dev_reward']:.3f}): {best_fixed}"
+                     f"{f' with {mode} queries' if mode else ''} — test reward {methods[best_fixed]['reward']:.3f}.")
+    oracles = [k for k in results if kinds[k].ceiling]
+    oracle = max(oracles, key=lambda k: methods[k]["reward"]) if oracles else None  # the highest ceiling
+    gap = {}
+    for k in learned:
+        if best_fixed:
+            d = stats.paired_bootstrap(np.array([e["reward"] for e in results[k]["episodes"]]),
+                                       np.array([e["reward"] for e in results[best_fixed]["episodes"]]),
+                                       n_resamples=cfg.n_resamples, seed=cfg.seed)
+            methods[k]["vs_best_fixed"] = {"method": best_fixed, **d}
+            line = (f"{k} − {best_fixed} on reward: {d['diff']:+.3f} [95% CI {d['lo']:+.3f}, {d['hi']:+.3f}]"
+                    f", p = {d['p_value']:.4f} (paired bootstrap)")
+            if oracle:
+                g = stats.gap_fraction([e["reward"] for e in results[k]["episodes"]],
+                                       [e["reward"] for e in results[best_fixed]["episodes"]],
+                                       [e["reward"] for e in results[oracle]["episodes"]],
+                                       n_resamples=cfg.n_resamples, seed=cfg.seed)
+                gap[k] = g
+                methods[k]["oracle_gap_fraction"] = g
+                line += (f"; oracle-gap fraction (learned − best fixed) / ({oracle} − best fixed) = "
+                         f"{g['fraction']:.2f} [95% CI {g['lo']:.2f}, {g['hi']:.2f}]")
+            notes.append(line + ".")
+    notes += _seed_pooled_notes(cfg, kinds, results, learned, best_fixed, oracle)
+    for k, why in skipped.items():
+        notes.append(f"Skipped {k}: {why}.")
+    breakdowns = _breakdowns(cfg, runner, results)
+    return {
+        "title": f"Kairos benchmark: {cfg.name}",
+        "setup": {"task": runner.env_config.task, "split": runner.env_config.split, "dev": cfg.dev,
+                  "test": cfg.test, "n_test": len(parse_slice(cfg.test, "test")),
+                  "reasoner": runner.env_config.reasoner, "retriever": runner.env_config.retriever,
+                  "lambda_retrieval": cfg.lambda_retrieval, "bootstrap_resamples": cfg.n_resamples,
+                  "seed": cfg.seed, "quality_metric": runner.components.quality_metric,
+                  "metrics": list(getattr(runner.components.task, "metric_names", ()))
+                  or [runner.components.quality_metric],
+                  "answer_closing": bool(runner.env_config.answer_closing and runner.components.can_close)},
+        "reference": ref, "methods": methods, "comparisons": comparisons, "matched_budget": matched,
+        "dominance": dominance, "frontier": frontier, "breakdowns": breakdowns, "notes": notes,
+        "calibration": calib, "skipped": skipped, "best_fixed": best_fixed, "oracle": oracle,
+        "oracle_gap": gap,
+    }
+
+
+def _seed_pooled_notes(cfg: BenchConfig, kinds: dict, results: dict, learned: list[str], best_fixed: str | None,
+                       oracle: str | None = None) -> list[str]:
+    """Learned methods of one ``group`` (seeds of one configuration): per-question rewards averaged over the
+    seeds, then a paired bootstrap against the best fixed trigger — the 'over N seeds' comparison."""
+    if best_fixed is None:
+        return []
+    out = []
+    ref = np.array([e["reward"] for e in results[best_fixed]["episodes"]])
+    for group, names in _learned_groups(kinds, learned).items():
+        if len(names) < 2:
+            continue
+        pooled = np.mean([[e["reward"] for e in results[k]["episodes"]] for k in names], axis=0)
+        d = stats.paired_bootstrap(pooled, ref, n_resamples=cfg.n_resamples, seed=cfg.seed)
+        per_seed = ", ".join(f"{results[k]['reward']:.3f}" for k in names)
+        wins = sum(results[k]["reward"] > results[best_fixed]["reward"] for k in names)
+        line = (f"Learned '{group}' over {len(names)} seeds (rewards {per_seed}; {wins}/{len(names)} above "
+                f"{best_fixed}): mean reward {pooled.mean():.3f} vs {best_fixed} {ref.mean():.3f}, difference "
+                f"{d['diff']:+.3f} [95% CI {d['lo']:+.3f}, {d['hi']:+.3f}], p = {d['p_value']:.4f} (paired "
+                "bootstrap over questions, seeds averaged per question)")
+        if oracle:
+            g = stats.gap_fraction(pooled, ref, [e["reward"] for e in results[oracle]["episodes"]],
+                                   n_resamples=cfg.n_resamples, seed=cfg.seed)
+            line += f"; oracle-gap fraction {g['fraction']:.2f} [95% CI {g['lo']:.2f}, {g['hi']:.2f}]"
+        out.append(line + ".")
+    return out
+
+
+def _learned_groups(kinds: dict, learned: list[str]) -> dict[str, list[str]]:
+    groups: dict[str, list[str]] = {}
+    for k in learned:
+        if getattr(kinds[k], "group", None):
+            groups.setdefault(kinds[k].group, []).append(k)
+    return groups
+
+
+def _evidence_recall(runner: Runner, rows: list[dict]) -> float | None:
+    """Mean share of each question's supporting passages that were injected during its episode (questions
+    with supporting passages only; None when the task has none)."""
+    qs = runner.components.questions
+    if not any("passage_ids" in d for r in rows for d in r["decisions"]):
+        return None  # no passage log (the cache oracle)
+    vals = []
+    for r in rows:
+        gold = set(runner.components.gold_passages(qs[r["question_index"]]))
+        if not gold:
+            continue
+        got = {pid for d in r["decisions"] for pid in (d.get("passage_ids") or [])}
+        vals.append(len(gold & got) / len(gold))
+    return float(np.mean(vals)) if vals else None
+
+
+def _recall_at_k(runner: Runner, rows: list[dict]) -> float | None:
+    """Recall@k of the retrieved lists: per retrieval call, the share of the question's supporting passages in
+    the retriever's top-k (k = the env's ``top_k``), averaged over calls (questions with supporting passages only).
+    None when nothing was retrieved, the task has no supporting passages, or a call's list was not recorded
+    (records cached before ranked lists were kept)."""
+    qs = runner.components.questions
+    vals = []
+    for r in rows:
+        gold = set(runner.components.gold_passages(qs[r["question_index"]]))
+        for d in r["decisions"]:
+            if not gold or not d.get("action", [0])[0]:
+                continue
+            if "ranked_ids" not in d:
+                return None
+            vals.append(len(gold & set(d["ranked_ids"])) / len(gold))
+    return float(np.mean(vals)) if vals else None
+
+
+def _dominance(methods: dict, curves: dict, groups: dict[str, list[str]], fixed: list[str]) -> list[str]:
+    """Frontier-dominance sentences: the learned curve (one seed-averaged point per group, e.g. per λ) against
+    each fixed trigger's threshold curve; with one group its point is compared at its own budget instead."""
+    if not groups or not fixed:
+        return []
+    points = {g: (float(np.mean([methods[k]["calls"] for k in ks])), float(np.mean([methods[k]["accuracy"]
+                                                                                  for k in ks])))
+              for g, ks in groups.items()}
+    if len(points) >= 2:
+        curve = sorted(points.values())
+        return [stats.dominance(curve, curves[b], name_a="learned (λ curve)", name_b=b)["summary"] for b in fixed]
+    (g, (calls, acc)), = points.items()
+    out = []
+    for b in fixed:
+        acc_b = stats.accuracy_at_budget(curves[b], calls)
+        if acc_b is None:
+            out.append(f"{b} has no operating point at or below the budget of learned '{g}' ({calls:.2f} calls/question)")
+            continue
+        verdict = "above" if acc > acc_b + 1e-9 else "below" if acc < acc_b - 1e-9 else "level with"
+        out.append(f"At the budget of learned '{g}' ({calls:.2f} calls/question, seeds averaged) it is {verdict} {b}'s "
+                   f"threshold curve: {acc:.3f} vs {acc_b:.3f}")
+    return out
+
+
+def _attr(q: Any, name: str, task: Any = None) -> Any:
+    fn = getattr(task, "question_attr", None)
+    if callable(fn):
+        v = fn(q, name)
+        if v is not None:
+            return v
+    v = getattr(q, name, None)
+    if v is None:
+        meta = getattr(q, "meta", None) or getattr(q, "metadata", None) or {}
+        v = meta.get(name) if isinstance(meta, dict) else None
+    return v() if callable(v) else v
+
+
+def _breakdowns(cfg: BenchConfig, runner: Runner, results: dict[str, dict]) -> dict:
+    out: dict[str, dict] = {}
+    qs = runner.components.questions
+    for attr in cfg.group_by:
+        table: dict[str, dict] = {}
+        for name, r in results.items():
+            groups: dict[str, list[dict]] = {}
+            for e in r["episodes"]:
+                g = _attr(qs[e["question_index"]], attr, runner.components.task)
+                if g is None:
+                    raise ConfigError(f"BenchConfig.group_by: questions have no attribute '{attr}'")
+                groups.setdefault(str(g), []).append(e)
+            for g, es in groups.items():
+                table.setdefault(g, {})[name] = {"accuracy": float(np.mean([e["quality"] for e in es])),
+                                                 "calls": float(np.mean([e["calls"] for e in es])), "n": len(es)}
+        out[f"by {attr}"] = dict(sorted(table.items()))
+    return out
