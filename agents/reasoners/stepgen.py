@@ -45,6 +45,8 @@ step in ``step`` mode appends evidence tokens after the cached prefix, so the pr
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -119,6 +121,13 @@ def _pad_left(states: list[GenState], pad_id: int, device: torch.device):
     return input_ids, mask, pos, past
 
 
+@functools.cache
+def _cache_kwarg(model_class: type) -> str:
+    """The forward argument that takes the KV cache: ``cache`` (transformers >= 5.20) or ``past_key_values``
+    (earlier releases, e.g. the 5.19 that vLLM 0.32 pins)."""
+    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
+
+
 @torch.no_grad()
 def generate_steps(
     model: torch.nn.Module,
@@ -179,9 +188,10 @@ def generate_steps(
         if t > 0:  # feed each active row its last token; finished rows get masked padding
             active, input_ids, mask, pos = rows.feed(mask, pos, pad_id, device)
         kw = {"output_attentions": True} if want_att else {}
-        out = model(input_ids=input_ids, attention_mask=mask, position_ids=pos, cache=cache, logits_to_keep=1,
+        kw[_cache_kwarg(type(model))] = cache
+        out = model(input_ids=input_ids, attention_mask=mask, position_ids=pos, logits_to_keep=1,
                     use_cache=True, output_hidden_states=capture_hidden, **kw)
-        cache = out.cache
+        cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
         if want_att:
             att_max = _attention_received(att_max, out.attentions[-1], base, t, active, max_new_tokens)
         logits = out.logits[:, -1, :].float()
