@@ -43,6 +43,7 @@ import asyncio
 import logging
 import os
 import resource
+import threading
 import time
 import uuid
 from collections import OrderedDict
@@ -108,7 +109,11 @@ class ReasonerReplica:
         self.strip = features and not self.config.rsus_options.verb_proxy
         self.live: OrderedDict[str, Any] = OrderedDict()
         self.live_states = live_states
-        self.pool = ThreadPoolExecutor(max_workers=1)  # the model runs in one thread, off the event loop
+        # a backend that batches concurrent calls itself (vLLM's scheduler: `batches_itself`) gets every request at
+        # once, on a thread of its own; the others share one model thread behind the batcher below
+        self.direct = bool(getattr(self.reasoner, "batches_itself", False))
+        self.pool = ThreadPoolExecutor(max_workers=max(8, max_batch) if self.direct else 1)
+        self.lock = threading.Lock()  # the live states and counters, when several threads generate
         self.pending: list[tuple[list, asyncio.Future, float, str]] = []  # (requests, future, arrival, client)
         self.seen: dict[str, tuple[float, float]] = {}  # client -> (its last request's arrival, the gap before it)
         self.wake: asyncio.Event | None = None
@@ -120,12 +125,14 @@ class ReasonerReplica:
         """What a client needs to stand in for the reasoner (capabilities, model facts, ids), plus where it runs."""
         import ray
 
+        from envs.components import model_facts
+
         r = self.reasoner
-        mc = getattr(getattr(r, "model", None), "config", None)
+        n_layers, hidden_size = model_facts(r)
         node = ray.get_runtime_context().get_node_id()
         return {"capabilities": asdict(r.capabilities), "model_id": getattr(r, "model_id", None),
                 "cfg_model": getattr(getattr(r, "cfg", None), "model", None),
-                "n_layers": getattr(mc, "num_hidden_layers", 0) or 0, "hidden_size": getattr(mc, "hidden_size", 0) or 0,
+                "n_layers": n_layers, "hidden_size": hidden_size, "batches_itself": self.direct,
                 "answer_prompt": callable(getattr(r, "with_answer_prompt", None)),
                 "pid": os.getpid(), "node_id": node,
                 "node_resources": next((n.get("Resources", {}) for n in ray.nodes() if n.get("NodeID") == node), {})}
@@ -136,6 +143,8 @@ class ReasonerReplica:
         if self.batcher is None:
             self.wake = asyncio.Event()
             self.batcher = asyncio.get_running_loop().create_task(self._batch_loop())
+        if self.direct:  # no batcher of ours: the engine's scheduler joins this call to the running batch
+            return (await asyncio.get_running_loop().run_in_executor(self.pool, self._generate, [requests]))[0]
         fut = asyncio.get_running_loop().create_future()
         now = time.monotonic()
         self.pending.append((requests, fut, now, client))
@@ -186,27 +195,30 @@ class ReasonerReplica:
     def _generate(self, batches: list[list[tuple]]) -> list[list[tuple]]:
         r = self.reasoner
         flat = [req for reqs in batches for req in reqs]
-        for key, _, _ in flat:
-            self.stats["live_hits" if key in self.live else "restored"] += 1
-        states = [_apply(r, key, snap, tuple(ops), self.live) for key, snap, ops in flat]
+        with self.lock:
+            for key, _, _ in flat:
+                self.stats["live_hits" if key in self.live else "restored"] += 1
+            states = [_apply(r, key, snap, tuple(ops), self.live) for key, snap, ops in flat]
         t0 = time.perf_counter()
         outs = r.next_step(states)
-        self.stats["gen_seconds"] += time.perf_counter() - t0
-        self.stats["calls"] += 1
-        self.stats["states"] += len(flat)
-        self.stats["requests"] += len(batches)
-        self.stats["max_batch_seen"] = max(self.stats["max_batch_seen"], len(flat))
+        dt = time.perf_counter() - t0
         res = []
         for (_, _, ops), before, (step, after) in zip(flat, states, outs):
-            self.stats["tokens"] += int(step.n_tokens)
             if self.features is not None:
                 self._attach_features(step, before)
-            k = uuid.uuid4().hex
-            self.live[k] = after
-            res.append((step, r.snapshot(after), k, bool(getattr(after, "done", False)),
+            res.append((step, r.snapshot(after), uuid.uuid4().hex, bool(getattr(after, "done", False)),
                         r.snapshot(before) if ops else None))
-        while len(self.live) > self.live_states:
-            self.live.popitem(last=False)
+        with self.lock:
+            self.stats["gen_seconds"] += dt
+            self.stats["calls"] += 1
+            self.stats["states"] += len(flat)
+            self.stats["requests"] += len(batches)
+            self.stats["max_batch_seen"] = max(self.stats["max_batch_seen"], len(flat))
+            self.stats["tokens"] += sum(int(step.n_tokens) for step, *_ in res)
+            for (_, _, key, _, _), (_, after) in zip(res, outs):
+                self.live[key] = after
+            while len(self.live) > self.live_states:
+                self.live.popitem(last=False)
         out, i = [], 0
         for reqs in batches:
             out.append(res[i: i + len(reqs)])
@@ -228,19 +240,24 @@ class ReasonerReplica:
     async def resolve(self, key: str | None, snap: dict | None, ops: tuple) -> dict:
         """The snapshot of a state with pending operations (for a client that needs it before generating)."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            self.pool, lambda: self.reasoner.snapshot(_apply(self.reasoner, key, snap, tuple(ops), self.live)))
+        return await loop.run_in_executor(self.pool, lambda: self.reasoner.snapshot(self._state(key, snap, ops)))
 
     async def sample_alternatives(self, key: str | None, snap: dict | None, ops: tuple, k: int, seed: int) -> list:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
-            self.pool, lambda: self.reasoner.sample_alternatives(_apply(self.reasoner, key, snap, tuple(ops),
-                                                                        self.live), k, seed))
+            self.pool, lambda: self.reasoner.sample_alternatives(self._state(key, snap, ops), k, seed))
+
+    def _state(self, key: str | None, snap: dict | None, ops: tuple) -> Any:
+        with self.lock:
+            return _apply(self.reasoner, key, snap, tuple(ops), self.live)
 
     async def get_stats(self) -> dict:
-        """Counters since start: generation calls, states, tokens, seconds, live-state hits; peak RSS (MB), pid."""
+        """Counters since start: generation calls, states, tokens, seconds, live-state hits; peak RSS (MB), pid; for
+        a backend that batches itself, the mean batch its engine ran (``engine_mean_batch``)."""
         ru = resource.getrusage(resource.RUSAGE_SELF)
-        return {**self.stats, "mean_batch": self.stats["states"] / max(1, self.stats["calls"]),
+        engine = getattr(self.reasoner, "engine", None)
+        extra = {"engine_mean_batch": engine.mean_running(), "engine": dict(engine.stats)} if self.direct else {}
+        return {**self.stats, **extra, "mean_batch": self.stats["states"] / max(1, self.stats["calls"]),
                 "peak_rss_mb": ru.ru_maxrss / 1024, "cpu_seconds": ru.ru_utime + ru.ru_stime, "pid": os.getpid()}
 
 

@@ -103,6 +103,10 @@ class VLLMReasoner(TextStepReasoner):
         eos_ids: the model's end-of-sequence ids (default: the tokenizer's).
     """
 
+    #: concurrent callers are batched by vLLM's scheduler: a reasoner service replica hands every request straight to
+    #: it (no batcher of ours, see envs.services)
+    batches_itself = True
+
     def __init__(self, engine, tokenizer, cfg: VLLMReasonerConfig | None = None, eos_ids: set[int] | None = None):
         cfg = cfg or VLLMReasonerConfig()
         self.engine = engine
