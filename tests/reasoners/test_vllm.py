@@ -186,9 +186,8 @@ def test_a_second_capturing_engine_in_one_process_is_refused(vllm_r):
 
 
 def test_an_env_on_the_vllm_backend_equals_the_hf_env():
-    from envs.registration import make_env
-
     from envs.core.data.loaders import shared_data_dir
+    from envs.registration import make_env
 
     if not (shared_data_dir() / "hotpotqa" / "dev_500.jsonl").is_file():
         pytest.skip(f"shared HotpotQA data not available under {shared_data_dir()} (set KAIROS_SHARED_DATA)")
