@@ -90,7 +90,7 @@ class Decision:
     event: CostEvent                            # what it cost so far (the phases add to it)
     retrieved: dict[str, Any] = field(default_factory=lambda: {"query": None, "passage_ids": []})  # info / log
     done: tuple[bool, bool] = (False, False)    # (terminated, truncated)
-    regenerated: str | None = None              # the step that stands after a retrieval (info, not the log)
+    regenerated: str | None = None              # the step that stands after a retrieval (info and the log)
 
 
 @dataclass

@@ -225,7 +225,9 @@ def _outcome(e: RetrievalTimingEnv, d: Decision) -> tuple[dict, float, bool, boo
         if e.c.graded:  # ... whose reward reports the costs alone
             reward += quality
     ep.log.append({"action": [d.retrieve, int(d.mode)], "capped": d.capped, "step": d.step.text,
-                   "label": d.step.label, "signals": d.step.signals, **d.retrieved, "costs": raw, "reward": reward})
+                   "label": d.step.label, "signals": d.step.signals, **d.retrieved,
+                   **({"regenerated": d.regenerated} if d.regenerated is not None else {}), "costs": raw,
+                   "reward": reward})
     info = e._info(costs=raw, capped=d.capped, quality=quality, retrieved=d.retrieved, regenerated=d.regenerated)
     return e._obs(), float(reward), terminated, truncated, info
 

@@ -19,7 +19,7 @@ BENCHES: Registry[Any] = Registry("benchmark")
 for _name, _mod in (("retrieval", "retrieval_bench"), ("env", "env_bench"), ("detection", "detection_bench"),
                     ("policies", "bench_policies"), ("querygen", "querygen_bench"), ("segmenter", "segmenter_bench"),
                     ("rsus", "rsus_bench"), ("suite", "bench_suite"), ("service", "service_bench"),
-                    ("efficiency", "efficiency_bench"), ("engine", "engine_bench")):
+                    ("efficiency", "efficiency_bench"), ("engine", "engine_bench"), ("serve", "serve_bench")):
     BENCHES.register_path(_name, f"eval.{_mod}:register")
 
 

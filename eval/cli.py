@@ -19,7 +19,8 @@ for _name, _path in (("data", "eval.data_cli:register"), ("microworld", "eval.mi
                      ("quickstart", "eval.quickstart:register"), ("probe", "policies.probes.cli:register"),
                      ("index", "agents.retrievers.cli:register_index"),
                      ("retriever", "agents.retrievers.cli:register_retriever"), ("bench", "eval.bench_cli:register"),
-                     ("train", "train.cli:register"), ("answer", "kairos.cli:register")):
+                     ("train", "train.cli:register"), ("answer", "kairos.cli:register"),
+                     ("serve", "kairos.server:register")):
     COMMANDS.register_path(_name, _path)
 
 

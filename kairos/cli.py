@@ -27,6 +27,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("answer", help="answer questions with a trained policy (or a trigger), printing the trace",
                        description=__doc__.split("::")[0].strip(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("questions", nargs="*", help="questions ('-': read them from stdin, one per line)")
+    add_pipeline_args(p)
+    p.add_argument("--questions-file", default=None, metavar="FILE",
+                   help="questions, one per line (or .jsonl with a 'question' field)")
+    p.add_argument("--batch-size", type=int, default=None, help="questions in flight at once (default 16; --bench: "
+                                                                "the benchmark's)")
+    p.add_argument("--json", action="store_true", help="print each answer with its full trace as one JSON line")
+    p.set_defaults(func=run)
+
+
+def add_pipeline_args(p: argparse.ArgumentParser) -> None:
+    """The flags that say which pipeline runs (``kairos answer``, ``kairos serve``): the policy (``--policy``, or
+    ``--bench`` with ``--method``), the knowledge (``--index``, ``--corpus``) and the env (``--env-config``,
+    ``--reasoner``, ``--reasoner-option``, ``--query-mode``, ``--threshold``, ``--cache``) —
+    :class:`kairos.config.PipelineSpec`'s fields."""
     src = p.add_argument_group("the policy (one of)")
     src.add_argument("--policy", default=None,
                      help="an exported policy directory (e.g. runs/quickstart/train/policy_trigger), a trigger "
@@ -51,13 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="a backend option (repeatable; values read as YAML), e.g. model=… or base_url=…")
     env.add_argument("--query-mode", default=None, help="a trigger's query formulation (one of the env's query_modes)")
     env.add_argument("--threshold", type=float, default=None, help="a learned policy's retrieve-probability threshold")
-    p.add_argument("--questions-file", default=None, metavar="FILE",
-                   help="questions, one per line (or .jsonl with a 'question' field)")
-    p.add_argument("--batch-size", type=int, default=None, help="questions in flight at once (default 16; --bench: "
-                                                                "the benchmark's)")
-    p.add_argument("--cache", default=None, metavar="SQLITE", help="a trajectory-cache file (default: in memory)")
-    p.add_argument("--json", action="store_true", help="print each answer with its full trace as one JSON line")
-    p.set_defaults(func=run)
+    env.add_argument("--cache", default=None, metavar="SQLITE", help="a trajectory-cache file (default: in memory)")
 
 
 def read_cli_questions(args: Any, stdin=None) -> list[str]:
@@ -78,34 +86,10 @@ def read_cli_questions(args: Any, stdin=None) -> list[str]:
 
 
 def build_pipeline(args: Any):
-    """The :class:`kairos.Pipeline` the command line describes."""
-    import yaml
+    """The :class:`kairos.Pipeline` the command line describes (:class:`kairos.config.PipelineSpec`)."""
+    from kairos.config import PipelineSpec
 
-    from kairos.pipeline import Pipeline, read_env_config
-
-    options = {}
-    for kv in args.reasoner_option:
-        key, sep, value = kv.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--reasoner-option '{kv}': write KEY=VALUE")
-        options[key] = yaml.safe_load(value)
-    kw: dict[str, Any] = {"knowledge": args.corpus, "index": args.index, "reasoner": args.reasoner,
-                          "reasoner_options": options or None, "query_mode": args.query_mode,
-                          "threshold": args.threshold, "cache_path": args.cache}
-    if args.batch_size is not None:
-        kw["batch_size"] = args.batch_size
-    env = read_env_config(args.env_config) if args.env_config else None
-    if args.bench:
-        if args.policy or not args.method:
-            raise ValueError("--bench needs --method (the benchmark's method name) and no --policy")
-        return Pipeline.from_bench(args.bench, args.method, config=args.bench_config, **kw)
-    if not args.policy:
-        raise ValueError("give --policy (an exported policy directory or a trigger) or --bench OUT_DIR --method NAME")
-    from pathlib import Path
-
-    if Path(args.policy).is_dir() or "/" in args.policy:
-        return Pipeline.from_policy(args.policy, env_config=env, **kw)
-    return Pipeline(args.policy, env, **kw)
+    return PipelineSpec.from_args(args).build(batch_size=args.batch_size)
 
 
 def run(args: Any) -> int:

@@ -21,10 +21,18 @@ def test_shipped_presets_load(name):
 
 def test_every_config_file_is_covered():
     covered = set(KINDS) | {p.name for pat in ("train_*.yaml", "bench_*.yaml", "querygen_*.yaml", "rsus_*.yaml",
-                                               "suite_*.yaml") for p in CONFIGS.glob(pat)}
+                                               "suite_*.yaml", "serve_*.yaml") for p in CONFIGS.glob(pat)}
     assert {p.name for p in CONFIGS.glob("*.yaml")} <= covered
     listed = {str(Path(b).resolve()) for s in CONFIGS.glob("suite_*.yaml") for b in _suite(s).benchmarks}
     assert {str(p.resolve()) for p in (CONFIGS / "seed").glob("*.yaml")} <= listed  # every seed config in a suite
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("serve_*.yaml")), ids=lambda p: p.name)
+def test_serve_presets_load(path):
+    from kairos.config import ServeConfig
+
+    cfg = ServeConfig.from_yaml(path)
+    assert ServeConfig.from_dict(cfg.to_dict()) == cfg and cfg.pipeline.policy
 
 
 def _suite(path):

@@ -121,7 +121,8 @@ def evaluate_policy(policy_or_trigger: Any, env_config: dict | Any, question_ind
 
 
 def _row(qidx: int, info: dict[str, Any], ret: float, steps: int, truncated: bool) -> dict[str, Any]:
-    return {"question_index": qidx, "question_id": info["question_id"], "quality": float(info["quality"]),
+    return {"question_index": qidx, "question_id": info["question_id"], "question": info.get("question"),
+            "quality": float(info["quality"]),
             "calls": int(info["retrievals"]), "reward": float(ret), "steps": steps,
             "tokens": int(info.get("tokens", 0)), "seconds": float(info.get("seconds", 0.0)),
             "answer": info.get("answer"), "truncated": truncated,

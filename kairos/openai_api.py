@@ -1,0 +1,195 @@
+"""The OpenAI chat-completions protocol of ``kairos serve``: requests checked field by field, responses and stream
+chunks shaped as OpenAI's, the trace in an extension field.
+
+A request is a chat completion (``POST /v1/chat/completions``) whose **last user message is the question**; the
+other messages are ignored (a Kairos pipeline answers one question at a time). The response is a
+``chat.completion`` whose message content is the answer, with ``kairos`` beside ``choices``: the full trace
+(:meth:`kairos.Answer.to_dict`) and the Serve batch that answered it. Streaming (``"stream": true``) sends
+server-sent events in OpenAI's ``chat.completion.chunk`` format: a first chunk with the role, one chunk per decided
+step (empty ``delta``; the step in ``kairos.step``), the answer as content, a last chunk with ``finish_reason``
+and the whole answer in ``kairos.answer``, then ``data: [DONE]``.
+
+A bad request is an :class:`APIError`: an HTTP 4xx with OpenAI's error body, ``param`` naming the field.
+
+Example:
+    >>> req = parse_chat_request(b'{"model": "kairos", "messages": [{"role": "user", "content": "Who ?"}]}',
+    ...                          models=["kairos"], max_question_chars=100)
+    >>> req.question, req.stream
+    ('Who ?', False)
+    >>> try:
+    ...     parse_chat_request(b'{"model": "kairos", "messages": []}', models=["kairos"], max_question_chars=100)
+    ... except APIError as e:
+    ...     print(e.status, e.body()["error"]["param"], e.body()["error"]["code"])
+    400 messages empty_array
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+#: message roles a chat request may carry (only the last ``user`` message is read)
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+
+
+class APIError(Exception):
+    """A request the endpoint refuses (or a failure answering it): an HTTP status and OpenAI's error body.
+
+    Args:
+        status: the HTTP status (400 bad field, 404 unknown model, 500 a failure while answering).
+        message: what is wrong and how to fix it.
+        param: the request field at fault (``messages[2].content``), ``None`` for the body as a whole.
+        code: a machine-readable code (``missing_required_parameter``, ``model_not_found`` …).
+    """
+
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = int(status), message, param, code
+
+    @property
+    def type(self) -> str:
+        return "invalid_request_error" if self.status < 500 else "server_error"
+
+    def body(self) -> dict[str, Any]:
+        """``{"error": {"message", "type", "param", "code"}}`` (OpenAI's error shape)."""
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """A checked chat request: the model asked for, the question (the last user message) and whether to stream."""
+
+    model: str
+    question: str
+    stream: bool
+
+
+def _text_of(content: Any, param: str) -> str:
+    """A message's text: a string, or OpenAI's content parts (``[{"type": "text", "text": …}]``, joined)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        out = []
+        for j, part in enumerate(content):
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise APIError(400, f"{param}[{j}]: only text parts are accepted ({{\"type\": \"text\", \"text\": "
+                                    f"\"…\"}}), got {json.dumps(part)[:80]}", f"{param}[{j}]", "unsupported_content")
+            out.append(part["text"])
+        return "\n".join(out)
+    raise APIError(400, f"{param}: a message's content is a string (or a list of text parts), got "
+                        f"{type(content).__name__}", param, "invalid_type")
+
+
+def parse_chat_request(raw: bytes | str, models: Sequence[str], max_question_chars: int) -> ChatRequest:
+    """A chat request's body, checked.
+
+    Args:
+        raw: the HTTP body.
+        models: the model names served (another ``model`` is a 404).
+        max_question_chars: the longest question accepted.
+
+    Raises:
+        APIError: 400 for a malformed body or field (``param`` names it), 404 for an unknown model.
+    """
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise APIError(400, f"the request body is not valid JSON ({e}); send a chat completion: {{\"model\": \"…\", "
+                            "\"messages\": [{\"role\": \"user\", \"content\": \"…\"}]}", None, "invalid_json") from None
+    if not isinstance(body, dict):
+        raise APIError(400, f"the request body is a JSON object, got {type(body).__name__}", None, "invalid_type")
+    if "model" not in body:
+        raise APIError(400, f"missing required parameter 'model' (served: {', '.join(models)})", "model",
+                       "missing_required_parameter")
+    model = body["model"]
+    if not isinstance(model, str):
+        raise APIError(400, f"'model' is a string, got {type(model).__name__}", "model", "invalid_type")
+    if model not in models:
+        raise APIError(404, f"the model '{model}' does not exist here; served: {', '.join(models)} "
+                            "(GET /v1/models)", "model", "model_not_found")
+    if "messages" not in body:
+        raise APIError(400, "missing required parameter 'messages' (a list with at least one user message: the "
+                            "question)", "messages", "missing_required_parameter")
+    messages = body["messages"]
+    if not isinstance(messages, list):
+        raise APIError(400, f"'messages' is a list of messages, got {type(messages).__name__}", "messages",
+                       "invalid_type")
+    if not messages:
+        raise APIError(400, "'messages' is empty: send at least one user message (the question)", "messages",
+                       "empty_array")
+    user = None
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise APIError(400, f"messages[{i}] is an object with 'role' and 'content', got {type(m).__name__}",
+                           f"messages[{i}]", "invalid_type")
+        role = m.get("role")
+        if role not in ROLES:
+            raise APIError(400, f"messages[{i}].role must be one of {', '.join(ROLES)}, got {role!r}",
+                           f"messages[{i}].role", "invalid_value")
+        if role == "user":
+            user = i
+    if user is None:
+        raise APIError(400, "no user message in 'messages': the last user message is the question", "messages",
+                       "no_user_message")
+    param = f"messages[{user}].content"
+    if "content" not in messages[user] or messages[user]["content"] is None:
+        raise APIError(400, f"{param} is missing: the last user message is the question", param,
+                       "missing_required_parameter")
+    question = _text_of(messages[user]["content"], param).strip()
+    if not question:
+        raise APIError(400, f"{param} is empty: the last user message is the question", param, "empty_question")
+    if len(question) > max_question_chars:
+        raise APIError(400, f"{param} is {len(question)} characters; this endpoint accepts questions of at most "
+                            f"{max_question_chars} (kairos serve --max-question-chars)", param,
+                       "string_above_max_length")
+    stream = body.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise APIError(400, f"'stream' is true or false, got {json.dumps(stream)[:40]}", "stream", "invalid_type")
+    n = body.get("n", 1)
+    if n is not None and (isinstance(n, bool) or n != 1):
+        raise APIError(400, f"'n' = {json.dumps(n)[:40]}: one answer per request (n = 1)", "n", "invalid_value")
+    return ChatRequest(model=model, question=question, stream=stream)
+
+
+# ----------------------------------------------------------------------------------------- responses
+def finish_reason(answer: dict[str, Any]) -> str:
+    """``length`` for a chain cut at ``max_steps`` without an answer, else ``stop``."""
+    return "length" if answer.get("truncated") and answer.get("answer_status") == "none" else "stop"
+
+
+def completion(request_id: str, created: int, model: str, answer: dict[str, Any],
+               batch: dict[str, Any] | None) -> dict[str, Any]:
+    """A ``chat.completion``: the answer as the message content, the trace and batch in ``kairos``."""
+    return {"id": request_id, "object": "chat.completion", "created": created, "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": answer.get("answer") or ""},
+                         "logprobs": None, "finish_reason": finish_reason(answer)}],
+            "kairos": {"answer": answer, "batch": batch}}
+
+
+def chunk(request_id: str, created: int, model: str, delta: dict[str, Any], finish: str | None = None,
+          kairos: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A ``chat.completion.chunk`` (``kairos``: the step or the answer it carries)."""
+    out = {"id": request_id, "object": "chat.completion.chunk", "created": created, "model": model,
+           "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+    if kairos is not None:
+        out["kairos"] = kairos
+    return out
+
+
+def sse(data: dict[str, Any] | str) -> str:
+    """One server-sent event (``data: …`` and a blank line)."""
+    return f"data: {data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, allow_nan=False)}\n\n"
+
+
+def models_list(models: Sequence[str], created: int) -> dict[str, Any]:
+    """``GET /v1/models``."""
+    return {"object": "list", "data": [{"id": m, "object": "model", "created": created, "owned_by": "kairos"}
+                                       for m in models]}
+
+
+__all__ = ["APIError", "ChatRequest", "chunk", "completion", "finish_reason", "models_list", "parse_chat_request",
+           "sse"]
