@@ -176,6 +176,7 @@ class ServeConfig(ConfigBase):
         def bad(key: str, why: str) -> ConfigError:
             return ConfigError(f"ServeConfig: key '{key}' = {getattr(self, key)!r}: {why}")
 
+        self.pipeline.validate()
         if not 1 <= self.port <= 65535:
             raise bad("port", "an HTTP port is in 1..65535 (--port 8000)")
         if not self.host.strip():

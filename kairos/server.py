@@ -39,6 +39,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -473,25 +474,27 @@ def run(args: Any) -> int:
     config = config_from_args(args)
     config.check_paths()
     config = config.resolved()
-    stop_event = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop_event.set())
     try:
         url = start(config)
     except ServeStartError as e:
         log.debug("start failed", exc_info=True)
-        print(f"kairos serve: error: {e}", flush=True)
+        print(f"kairos serve: error: {e}", file=sys.stderr, flush=True)
         stop(config)
         return 2
     from rich.console import Console
 
-    Console().print(f"[bold green]kairos serve[/] {config.replicas} replica(s) of {config.pipeline.policy or config.pipeline.method}"
-                    f" at [bold]{url}[/]: POST {url}/v1/chat/completions (models: {', '.join(config.models)}), "
-                    f"the trace inspector at {url}/ — Ctrl-C stops")
+    what = config.pipeline.policy or f"{config.pipeline.method} ({config.pipeline.bench})"
+    Console(stderr=True).print(
+        f"[bold green]kairos serve[/] {config.replicas} replica(s) of {what} at [bold]{url}[/] — POST "
+        f"{url}/v1/chat/completions (models: {', '.join(config.models)}), the trace inspector at {url}/; Ctrl-C stops")
+    stopping = threading.Event()
+    handlers = {sig: signal.signal(sig, lambda *_: stopping.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        while not stop_event.wait(1.0):
+        while not stopping.wait(1.0):
             pass
     finally:
+        for sig, h in handlers.items():
+            signal.signal(sig, h)
         stop(config)
     return 0
 
