@@ -141,7 +141,7 @@ function decisionSeries(t) {
 }
 function lineChart(opts) {
   const { width, height, values, steps, threshold } = opts;
-  const pad = { l: 34, r: 8, t: 8, b: 18 };
+  const pad = { l: 42, r: 10, t: 8, b: 18 };
   const n = values.length;
   const nums = values.filter(isNum).concat(isNum(threshold) ? [threshold] : []);
   let lo = isNum(opts.lo) ? opts.lo : Math.min(...nums);
