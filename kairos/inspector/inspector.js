@@ -53,6 +53,7 @@ function normStep(s, i) {
     retrieve: !!s.retrieve, retrieved: !!s.retrieved, capped: !!s.capped,
     probability: isNum(s.probability) ? s.probability : null, threshold: isNum(s.threshold) ? s.threshold : null,
     signal: det.signal || null, value: isNum(det.value) ? det.value : null, direction: det.direction || null,
+    modes: det.mode_probabilities || null,
     query: s.query || null, queryMode: s.query_mode || null, passages: s.passages || [],
     regenerated: s.regenerated ?? null, label: null, tokens: s.tokens, seconds: s.seconds,
   };
@@ -227,6 +228,7 @@ function stepItem(s) {
   if (s.probability !== null) why.push(`π(retrieve) ${fmt(s.probability)}`);
   if (s.signal && s.value !== null) why.push(`${s.signal} ${fmt(s.value, 4)}`);
   if (s.threshold !== null) why.push(`τ ${fmt(s.threshold)}`);
+  if (s.modes) why.push("query modes " + Object.entries(s.modes).map(([k, v]) => `${k} ${fmt(v, 2)}`).join(", "));
   if (s.label) why.push(`label: ${s.label}`);
   const cost = [isNum(s.tokens) ? `${s.tokens} tok` : null, isNum(s.seconds) ? `${fmt(s.seconds, 2)} s` : null]
     .filter(Boolean).join(" · ");
