@@ -93,6 +93,31 @@ def trace_policy() -> tuple[str, dict]:
 
 
 @pytest.fixture(scope="session")
+def learned_export(tmp_path_factory):
+    """A learned policy with a QueryGen head over ``[info_need, step]`` (random weights, π(retrieve) spread around
+    0.5), exported with the env it runs in — what ``kairos train`` writes."""
+    import torch
+
+    from envs.registration import make_env
+    from policies.rl.export import export_policy
+    from policies.rl.module import spec_from_spaces
+    from policies.rl.net import PolicyNet
+
+    cfg = {**TRACE_ENV, "query_modes": ["info_need", "step"], "querygen": True}
+    env = make_env("microworld", cfg)
+    torch.manual_seed(0)
+    net = PolicyNet(spec_from_spaces(env.observation_space, env.action_space,
+                                     {"arch": "mlp", "query_modes": ["info_need", "step"]}))
+    with torch.no_grad():  # (as tests/test_pipeline.py's export)
+        net.retrieve_head.weight.normal_(0.0, 2.0)
+        net.retrieve_head.bias[1] += 3.2
+    record = env.unwrapped.config.to_dict()
+    env.close()
+    return export_policy(net, tmp_path_factory.mktemp("learned") / "policy", heads=("retrieve", "query"),
+                         env_config=record)
+
+
+@pytest.fixture(scope="session")
 def four_step_trace():
     """A micro-world question whose chain under :data:`TRACE_POLICY` has 4 steps and one retrieval, and its
     :class:`kairos.Answer` (the first such among the dev questions)."""

@@ -98,31 +98,16 @@ def test_a_file_that_is_no_trace_says_why(standalone, tmp_path):
     assert "notes.jsonl" in box.text and "line 2: not JSON" in box.text
 
 
-def test_a_learned_policy_shows_its_retrieve_probability_against_its_threshold(standalone, trace_policy, tmp_path):
+def test_a_learned_policy_shows_its_retrieve_probability_against_its_threshold(standalone, learned_export, tmp_path):
     """A chat completion's JSON (what ``kairos serve`` answers) of a learned policy with a QueryGen head: the
     decision chart is π(retrieve) per step against τ, each step names its probability and query-mode choice."""
-    import torch
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    from envs.registration import make_env
     from kairos import Pipeline
     from kairos.openai_api import completion
-    from policies.rl.export import export_policy
-    from policies.rl.module import spec_from_spaces
-    from policies.rl.net import PolicyNet
 
-    cfg = {**trace_policy[1], "query_modes": ["info_need", "step"], "querygen": True}
-    env = make_env("microworld", cfg)
-    torch.manual_seed(0)
-    net = PolicyNet(spec_from_spaces(env.observation_space, env.action_space,
-                                     {"arch": "mlp", "query_modes": ["info_need", "step"]}))
-    with torch.no_grad():  # π(retrieve) spread around 0.5 (as tests/test_pipeline.py's export)
-        net.retrieve_head.weight.normal_(0.0, 2.0)
-        net.retrieve_head.bias[1] += 3.2
-    path = export_policy(net, tmp_path / "policy", heads=("retrieve", "query"), env_config=env.unwrapped.config.to_dict())
-    env.close()
-    with Pipeline.from_policy(path, batch_size=4) as p:
+    with Pipeline.from_policy(learned_export, batch_size=4) as p:
         answers = p.answer_many(["Which company does Kresvais 's spouse 's father 's mother work for ?",
                                  "Who is Furbrou 's spouse 's father 's spouse 's mother ?"])
     a = next((x for x in answers if {s.retrieved for s in x.steps} == {True, False}), answers[0])
@@ -132,7 +117,7 @@ def test_a_learned_policy_shows_its_retrieve_probability_against_its_threshold(s
     WebDriverWait(standalone, 30).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#steps > li.step"))
                                         == len(a.steps))
     chart = standalone.find_element(By.CSS_SELECTOR, "#decision-chart")
-    assert chart.get_attribute("data-series") == "π(retrieve)" and "π ≥ 0.5" in chart.text
+    assert chart.get_attribute("data-series") == "π(retrieve)" and "π > 0.5" in chart.text
     points = chart.find_elements(By.CSS_SELECTOR, "circle.pt")
     assert [("retrieved" in c.get_attribute("class")) for c in points] == [s.retrieved for s in a.steps]
     assert chart.find_elements(By.CSS_SELECTOR, "line.threshold")

@@ -39,18 +39,24 @@ def test_the_load_benchmark_at_a_small_size(tmp_path):
     assert "kairos serve under load" in r.stdout
 
 
-def test_kairos_serve_starts_answers_and_stops_on_sigterm(tmp_path):
+def test_kairos_serve_starts_answers_and_stops_on_sigterm(tmp_path, learned_export):
+    """A learned policy's export (``--policy DIR`` over the YAML's trigger): the answer and its trace are the local
+    pipeline's, π(retrieve) and the query-mode choice in each step."""
     openai = pytest.importorskip("openai")
+    from kairos import Pipeline
+
+    q = "Which company does Kresvais 's spouse 's father 's mother work for ?"
+    with Pipeline.from_policy(learned_export) as p:
+        ref = p.answer(q).to_dict()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     y = tmp_path / "serve.yaml"
-    y.write_text("max_batch_size: 4\nmodels: [flare]\npipeline:\n  policy: minprob<0.5\n  env_config:\n"
-                 "    rsus_components: [ent]\n")
+    y.write_text("max_batch_size: 4\nmodels: [learned]\npipeline:\n  policy: never\n")
     env = {**os.environ, "RAY_TMPDIR": tempfile.mkdtemp(prefix="/tmp/kcli-")}  # its own Ray session directory
     proc = subprocess.Popen([sys.executable, "-m", "eval", "serve", "--config", str(y), "--port", str(port),
-                             "--num-cpus", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env, start_new_session=True)
+                             "--num-cpus", "1", "--policy", str(learned_export)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
     try:
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=60)
         deadline, models = time.time() + 240, None
@@ -58,12 +64,16 @@ def test_kairos_serve_starts_answers_and_stops_on_sigterm(tmp_path):
             try:
                 models = [m.id for m in client.models.list().data]
                 break
-            except openai.APIConnectionError:
-                time.sleep(2)
-        assert models == ["flare"], f"no server on port {port}"
-        r = client.chat.completions.create(model="flare", messages=[{"role": "user", "content":
-                                           "Who is Gomlaith 's father 's father 's spouse ?"}])
-        assert r.choices[0].message.content == "Stumvur" and r.model_extra["kairos"]["answer"]["calls"] == 1
+            except (openai.APIConnectionError, openai.NotFoundError, openai.InternalServerError):
+                time.sleep(2)  # not listening yet, or Serve's proxy up before the application's routes
+        assert models == ["learned"], f"no server on port {port}"
+        r = client.chat.completions.create(model="learned", messages=[{"role": "user", "content": q}])
+        got = r.model_extra["kairos"]["answer"]
+        assert r.choices[0].message.content == ref["answer"] and got["calls"] == ref["calls"]
+        assert [(s["text"], s["retrieved"], s["query"], s["query_mode"]) for s in got["steps"]] == \
+            [(s["text"], s["retrieved"], s["query"], s["query_mode"]) for s in ref["steps"]]
+        assert all(0 <= s["probability"] <= 1 and s["threshold"] == 0.5 and s["details"]["mode_probabilities"]
+                   for s in got["steps"])
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

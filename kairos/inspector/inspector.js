@@ -127,7 +127,7 @@ function decisionSeries(t) {
   if (st.some((s) => s.probability !== null)) {
     const thr = st.map((s) => s.threshold).find((x) => x !== null);
     return { label: "π(retrieve)", values: st.map((s) => s.probability), threshold: thr ?? null, lo: 0, hi: 1,
-             rule: thr !== null && thr !== undefined ? `retrieve when π ≥ ${fmt(thr)}` : "" };
+             rule: thr !== null && thr !== undefined ? `retrieve when π > ${fmt(thr)}` : "" };
   }
   const sig = st.map((s) => s.signal).find(Boolean);
   if (sig) {
