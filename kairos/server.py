@@ -134,6 +134,7 @@ def build_app(config: ServeConfig):
     """The Serve application: the :data:`DEPLOYMENT` deployment (``config.replicas`` replicas, each a pipeline
     behind the FastAPI routes of the module docstring), bound to ``config``."""
     from fastapi import FastAPI, Request
+    from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, Response, StreamingResponse
     from ray import serve
     from starlette.exceptions import HTTPException
@@ -144,6 +145,13 @@ def build_app(config: ServeConfig):
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError):
         return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _bad_parameter(request: Request, exc: RequestValidationError):
+        first = (exc.errors() or [{}])[0]
+        param = ".".join(str(x) for x in first.get("loc", ())[1:]) or None
+        err = APIError(400, f"{param}: {first.get('msg', 'invalid')}", param, "invalid_value")
+        return JSONResponse(err.body(), status_code=400)
 
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, exc: HTTPException):
@@ -423,14 +431,22 @@ def start(config: ServeConfig, temp_dir: str | None = None, log_to_driver: bool 
 
 
 def stop(config: ServeConfig | None = None, shutdown_ray: bool = True) -> None:
-    """Shut Serve down (and the local Ray this process started)."""
+    """End the application: on a cluster of its own (the local one :func:`init_ray` started) Serve shuts down with
+    it; on a cluster it joined (``ray_address``) only this application is deleted — other applications go on."""
     import ray
     from ray import serve
 
-    if ray.is_initialized():
+    if not ray.is_initialized():
+        return
+    if config is not None and config.ray_address:
+        try:
+            serve.delete(config.app_name)
+        except Exception as e:  # noqa: BLE001 - already gone, or Serve not running there: nothing to end
+            log.debug("serve.delete(%s): %s", config.app_name, e)
+    else:
         serve.shutdown()
-        if shutdown_ray:
-            ray.shutdown()
+    if shutdown_ray:
+        ray.shutdown()
 
 
 # ----------------------------------------------------------------------------------------- the CLI

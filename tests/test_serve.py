@@ -221,6 +221,8 @@ def test_trace_routes_list_and_read_the_benchmark_files(server):
     bad = requests.get(url + "/v1/kairos/traces/bench/summary.json")
     assert bad.status_code == 404 and "no trace file" in bad.json()["error"]["message"]
     assert requests.get(url + "/v1/kairos/traces/x.jsonl", params={"limit": 0}).status_code == 400
+    bad = requests.get(url + "/v1/kairos/traces/x.jsonl", params={"offset": "first"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "offset"
 
 
 def test_the_page_asks_through_the_endpoint_and_opens_benchmark_traces(server, browser, four_step_trace,
