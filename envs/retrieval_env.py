@@ -157,7 +157,7 @@ def _retrieved(e: RetrievalTimingEnv, d: Decision, rec: StepRecord) -> None:
         ep.before = ep.after = None
     if refined is not None:
         d.retrieved["refined"] = refined
-    d.regenerated = ep.record.text  # the step that stands after the retrieval (info, not the log)
+    d.regenerated = ep.record.text  # the step that stands after the retrieval (info and the log)
 
 
 def _accept(envs: list[RetrievalTimingEnv], decided: list[Decision]) -> dict[str, list[int]]:
