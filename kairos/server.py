@@ -44,6 +44,7 @@ import threading
 import time
 import uuid
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -185,7 +186,8 @@ def build_app(config: ServeConfig):
 
             reasoner.next_step = counted
             self.description = self.pipeline.describe()
-            self.executor = _LoopThread()
+            # the replica's one thread for the loop: batches run one after another, never at once
+            self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kairos-loop")
             self.started = time.time()
             log.info("replica %s ready in %.1f s: %s", self.replica, time.perf_counter() - t0, self.description)
 
@@ -347,18 +349,6 @@ def build_app(config: ServeConfig):
         health_check_period_s=config.health_check_period_s, health_check_timeout_s=config.health_check_timeout_s,
         ray_actor_options={"num_cpus": config.replica_cpus, "num_gpus": config.replica_gpus},
     ).bind(config.to_dict())
-
-
-class _LoopThread:
-    """The replica's one thread for the pipeline's loop (batches run one after another, never at once)."""
-
-    def __init__(self):
-        from concurrent.futures import ThreadPoolExecutor
-
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kairos-loop")
-
-    def submit(self, fn) -> None:
-        self._pool.submit(fn)
 
 
 def _replica_id() -> str:
