@@ -34,6 +34,8 @@ function svg(tag, attrs, text) {
 }
 const fmt = (x, d = 3) => (typeof x === "number" && isFinite(x) ? Number(x.toPrecision(d)).toString() : "–");
 const isNum = (x) => typeof x === "number" && isFinite(x);
+// an axis label: 2 significant digits, tiny or huge values in exponent form (they fit the margin)
+const tick = (x) => (isNum(x) && x !== 0 && (Math.abs(x) < 1e-2 || Math.abs(x) >= 1e4) ? x.toExponential(1) : fmt(x, 2));
 
 function showError(msg) {
   const box = $("#error");
@@ -158,8 +160,8 @@ function lineChart(opts) {
                                                  height: height - pad.t - pad.b }));
   });
   root.append(svg("line", { class: "axis", x1: pad.l, x2: width - pad.r, y1: height - pad.b, y2: height - pad.b }));
-  root.append(svg("text", { x: pad.l - 4, y: pad.t + 8, "text-anchor": "end" }, fmt(hi, 2)));
-  root.append(svg("text", { x: pad.l - 4, y: height - pad.b, "text-anchor": "end" }, fmt(lo, 2)));
+  root.append(svg("text", { x: pad.l - 4, y: pad.t + 8, "text-anchor": "end" }, tick(hi)));
+  root.append(svg("text", { x: pad.l - 4, y: height - pad.b, "text-anchor": "end" }, tick(lo)));
   steps.forEach((s, i) => root.append(svg("text", { x: x(i), y: height - 4, "text-anchor": "middle" }, String(s.index))));
   if (isNum(threshold)) {
     root.append(svg("line", { class: "threshold", x1: pad.l, x2: width - pad.r, y1: y(threshold), y2: y(threshold) }));
