@@ -67,6 +67,9 @@ class VLLMReasonerConfig(TextStepConfig):
     capture_layers: list[int] | None = helpf(None, "hidden-state rows to capture (0 = embeddings … n_layers); null: "
                                                    "all. Rows not captured are NaN in the pooled states; the last "
                                                    "row is always captured (the entropy is computed from it)")
+    threads: int | None = helpf(1, "CPU only: torch threads of the process, set before the engine is built (vLLM "
+                                   "then forbids changing them; 1 is fastest on small shared CPUs, as for hf); null "
+                                   "leaves them")
     omp_threads_bind: str | None = helpf(None, "CPU only: VLLM_CPU_OMP_THREADS_BIND (e.g. '0' for one core, '0-1'); "
                                                "null: vLLM's default")
     trust_remote_code: bool = helpf(False, "allow model code shipped in the model folder")
@@ -88,6 +91,8 @@ class VLLMReasonerConfig(TextStepConfig):
             raise ConfigError("VLLMReasonerConfig: hidden-state capture runs in the engine's process, which tensor "
                               "parallelism splits: set capture_hidden: false (PUlSE, content and probes are then "
                               "masked) or tensor_parallel_size: 1")
+        if self.threads is not None and self.threads < 1:
+            raise ConfigError("VLLMReasonerConfig.threads must be >= 1 (or null to leave torch's setting)")
         if self.capture_layers is not None and (not self.capture_layers or min(self.capture_layers) < 0):
             raise ConfigError("VLLMReasonerConfig.capture_layers: a non-empty list of rows >= 0 (or null for all)")
 
@@ -137,6 +142,10 @@ class VLLMReasoner(TextStepReasoner):
                              tensor_parallel_size=cfg.tensor_parallel_size, enforce_eager=cfg.enforce_eager,
                              omp_threads_bind=cfg.omp_threads_bind, seed=cfg.seed,
                              trust_remote_code=cfg.trust_remote_code, engine_args=dict(cfg.engine_args))
+        if cfg.threads is not None:
+            import torch
+
+            torch.set_num_threads(cfg.threads)  # before the engine: vLLM's CPU worker makes it a no-op afterwards
         t0 = time.perf_counter()
         rows = (cfg.capture_layers if cfg.capture_hidden else [])
         engine = StepEngine.shared(opts, capture_rows=rows, capture=cfg.tensor_parallel_size == 1)

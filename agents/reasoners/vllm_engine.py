@@ -145,6 +145,31 @@ def _guard_kernel_scan() -> None:
     dispatcher.vars = mapping_vars
 
 
+def _process_state() -> dict:
+    """What building an engine changes for the whole process besides the engine: vLLM adds torch's libgomp to
+    ``LD_PRELOAD`` (inherited by every later subprocess) and seeds the global RNGs (Python's, NumPy's, torch's)."""
+    import random
+
+    import torch
+
+    return {"ld_preload": os.environ.get("LD_PRELOAD"), "random": random.getstate(), "numpy": np.random.get_state(),
+            "torch": torch.get_rng_state()}
+
+
+def _restore_process_state(saved: dict) -> None:
+    import random
+
+    import torch
+
+    if saved["ld_preload"] is None:
+        os.environ.pop("LD_PRELOAD", None)
+    else:
+        os.environ["LD_PRELOAD"] = saved["ld_preload"]
+    random.setstate(saved["random"])
+    np.random.set_state(saved["numpy"])
+    torch.set_rng_state(saved["torch"])
+
+
 # ---------------------------------------------------------------------------------------------- requests
 @dataclass
 class EngineOptions:
@@ -273,9 +298,13 @@ class StepEngine:
         self.stats = {"requests": 0, "generated_tokens": 0, "prompt_tokens": 0, "cached_tokens": 0, "engine_steps": 0,
                       "engine_seconds": 0.0, "running_max": 0, "running_sum": 0}
         ready: Future = Future()
+        saved = _process_state()
         self._thread = threading.Thread(target=self._loop, args=(ready,), name="kairos-vllm-engine", daemon=True)
         self._thread.start()
-        ready.result()  # the engine's own error (e.g. out of memory) is raised here
+        try:
+            ready.result()  # the engine's own error (e.g. out of memory) is raised here
+        finally:
+            _restore_process_state(saved)
 
     # -- built and stepped on the engine thread (vLLM binds its CPU threads to the thread that builds it)
     def _build(self):

@@ -12,17 +12,22 @@ from pathlib import Path
 
 import pytest
 
+from agents.reasoners.vllm_engine import vllm_available
+
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
-def test_ray_job_submit_on_a_simulated_multinode_cluster_with_a_shared_reasoner(tmp_path):
-    """Head + a "GPU node" (custom resource reasoner_node) + a CPU node on this machine: the reasoner replica lands
-    on the reasoner node, the two EnvRunners elsewhere, and the job trains through the service."""
-    r = subprocess.run(["bash", str(REPO / "scripts" / "ray_job_smoke.sh"), "--multinode", str(tmp_path / "multi")],
+@pytest.mark.skipif(vllm_available() is not None, reason=vllm_available() or "")
+def test_ray_job_submit_on_a_simulated_multinode_cluster_with_a_vllm_replica(tmp_path):
+    """Head + a "GPU node" (custom resource reasoner_node) + a CPU node on this machine: the reasoner replica — a
+    vLLM engine serving SmolLM2 — lands on the reasoner node, the two EnvRunners elsewhere, and the job trains on
+    HotpotQA through it."""
+    r = subprocess.run(["bash", str(REPO / "scripts" / "ray_job_smoke.sh"), "--multinode", "--vllm",
+                        str(tmp_path / "multi")],
                        capture_output=True, text=True, timeout=900, cwd=REPO,
                        env={**os.environ, "RAY_SMOKE_PORT_BASE": "27391"})  # its own ports
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
-    assert "placement: replica pid" in r.stdout and "ray_job_smoke: OK" in r.stdout
+    assert "placement: vLLM engine pid" in r.stdout and "ray_job_smoke: OK" in r.stdout
     assert (tmp_path / "multi" / "run" / "policy_trigger" / "spec.json").is_file()
