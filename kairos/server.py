@@ -480,22 +480,27 @@ def run(args: Any) -> int:
     config = config_from_args(args)
     config.check_paths()
     config = config.resolved()
-    try:
-        url = start(config)
-    except ServeStartError as e:
-        log.debug("start failed", exc_info=True)
-        print(f"kairos serve: error: {e}", file=sys.stderr, flush=True)
-        stop(config)
-        return 2
-    from rich.console import Console
-
-    what = config.pipeline.policy or f"{config.pipeline.method} ({config.pipeline.bench})"
-    Console(stderr=True).print(
-        f"[bold green]kairos serve[/] {config.replicas} replica(s) of {what} at [bold]{url}[/] — POST "
-        f"{url}/v1/chat/completions (models: {', '.join(config.models)}), the trace inspector at {url}/; Ctrl-C stops")
+    config.validate()
+    check_port_free(config.host, config.port)
+    init_ray(config)
+    # our handlers replace the one ray.init installs (it exits with status 15): a SIGTERM or Ctrl-C from here on —
+    # while the replicas still start too — ends the application and Ray cleanly, with status 0
     stopping = threading.Event()
     handlers = {sig: signal.signal(sig, lambda *_: stopping.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
+        try:
+            url = start(config)
+        except ServeStartError as e:
+            log.debug("start failed", exc_info=True)
+            print(f"kairos serve: error: {e}", file=sys.stderr, flush=True)
+            return 2
+        from rich.console import Console
+
+        what = config.pipeline.policy or f"{config.pipeline.method} ({config.pipeline.bench})"
+        Console(stderr=True).print(
+            f"[bold green]kairos serve[/] {config.replicas} replica(s) of {what} at [bold]{url}[/] — POST "
+            f"{url}/v1/chat/completions (models: {', '.join(config.models)}), the trace inspector at {url}/; "
+            "Ctrl-C stops")
         while not stopping.wait(1.0):
             pass
     finally:

@@ -12,6 +12,10 @@ REPO = Path(__file__).resolve().parents[1]
 TINY_CONFIG = REPO / "configs" / "microworld_tiny.yaml"
 SHARED_DATA = Path(os.environ.get("KAIROS_SHARED_DATA", REPO.parent / "shared" / "data"))
 
+# fixture modules are data for the tests, not tests: --doctest-modules would import them at collection (a plug-in
+# fixture would then register its names before the tests that check they are unknown without it)
+collect_ignore = ["fixtures"]
+
 
 @pytest.fixture(autouse=True, scope="session")
 def _one_thread():
