@@ -79,7 +79,7 @@ def _worker_env(args: dict) -> dict:
     comps = build_components(cfg)
     load_s = time.perf_counter() - t0
     n = len(comps.questions)
-    rounds: list[list[list[int]]] = []
+    rounds: list[list[list]] = []  # per round: [prompt ids, no_stop_first] of each request
     feat_s = [0.0]
     features = comps.features
 
@@ -96,7 +96,7 @@ def _worker_env(args: dict) -> dict:
         gen = engine.generate
 
         def recording(reqs):
-            rounds.append([list(r.prompt_ids) for r in reqs])
+            rounds.append([[list(r.prompt_ids), int(r.no_stop_first)] for r in reqs])
             return gen(reqs)
 
         engine.generate = recording
@@ -154,15 +154,17 @@ def _worker_raw(args: dict) -> dict:
         core = getattr(getattr(llm.llm_engine, "engine_core", None), "engine_core", None)
         if core is not None and hasattr(core, "check_for_draft_tokens"):
             core.check_for_draft_tokens = False
-    params = SamplingParams(temperature=0.0, max_tokens=args["max_step_tokens"], stop_token_ids=args["stop_ids"],
-                            detokenize=False, logprobs=1)
-    llm.generate([TokensPrompt(prompt_token_ids=rounds[0][0])], params, use_tqdm=False)  # warm-up
+    # the env's own sampling parameters, request by request (a closing line's first token may not end it)
+    params = [SamplingParams(temperature=0.0, max_tokens=args["max_step_tokens"], stop_token_ids=args["stop_ids"],
+                             min_tokens=m, detokenize=False, logprobs=1) for m in (0, 1)]
+    llm.generate([TokensPrompt(prompt_token_ids=rounds[0][0][0])], params[0], use_tqdm=False)  # warm-up
     from agents.reasoners import vllm_engine
 
     tokens = 0
     t0 = time.perf_counter()
     for prompts in rounds:
-        outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
+        outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p, _ in prompts], [params[m] for _, m in prompts],
+                            use_tqdm=False)
         tokens += sum(len(o.outputs[0].token_ids) for o in outs)
         vllm_engine._CAPTURED.clear()
     wall = time.perf_counter() - t0
