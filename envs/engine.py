@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 from envs.episode import Episode, RecordJob, StepRecord
-from envs.hooks import conditioned_state
+from envs.hooks import conditioned_state, fit_evidence
 
 
 def make_records(c: Any, cfg: Any, cache: Any, eps: list[Episode], kind: str,
@@ -98,6 +98,9 @@ def _retrieve(c: Any, cfg: Any, eps: list[Episode], jobs: list[RecordJob], modes
             texts = [p.text for p in job.passages]
             if texts:
                 texts, job.compression = hooks.evidence(c, cfg, job.before, texts, ep.record.text)
+                # bounded by the reasoner's context window (cut, logged, counted in info["evidence_truncated"])
+                texts, job.truncated = fit_evidence(c, job.before, tuple(ep.record.evidence), texts,
+                                                    c.question_id(ep.q))
             job.inject(tuple(ep.record.evidence), job.passages, texts)
 
 
@@ -124,7 +127,7 @@ def _record(c: Any, ep: Episode, job: RecordJob, own: float) -> StepRecord:
     batched work so far."""
     if job.step is None:  # nothing new to inject (every top-k passage was used): the step stands as it was
         return dataclasses.replace(ep.record, query=job.query, passage_ids=(), tokens_injected=0, n_tokens=0,
-                                   ranked_ids=job.ranked_ids, compression=None, rerank=None)
+                                   ranked_ids=job.ranked_ids, compression=None, rerank=None, evidence_truncated=0)
     t1 = time.perf_counter()
     step, before, after = job.step, job.before, job.after
     feats, scalars, mask = job.features or c.features(step, job.cond)
@@ -142,6 +145,7 @@ def _record(c: Any, ep: Episode, job: RecordJob, own: float) -> StepRecord:
                       query=job.query, passage_ids=job.passage_ids, tokens_injected=job.injected,
                       ranked_ids=job.ranked_ids, label=label, error_kind=error_kind, chain_before=job.chain_before,
                       chain_object=chain_object, compression=job.compression, rerank=job.rerank,
+                      evidence_truncated=job.truncated,
                       final=step.is_answer or bool(getattr(after, "done", False)))
 
 

@@ -170,7 +170,8 @@ class EnvConfig(ConfigBase):
                                        "empty, or 'Answer: Answer:') is asked for the answer once ('Answer:' "
                                        "written for the reasoner), counted as a step in tokens and cost")
     max_retrievals_per_step: int = helpf(1, "retrievals allowed on one step (then the step is accepted)")
-    max_retrievals_per_question: int = helpf(4, "retrievals allowed in one episode")
+    max_retrievals_per_question: int = helpf(4, "retrievals allowed in one episode (>= 0; no 'unlimited' value: "
+                                                "max_steps x max_retrievals_per_step is no cap)")
     costs: dict[str, float] = helpf({"retrieval_calls": 0.1}, "cost name or dotted path -> weight λ")
     cost_params: dict[str, dict] = helpf({}, "cost name -> constructor kwargs")
     signals: list[str] = helpf(["pulse", "output", "rsus"], "observation groups: pulse, output, rsus, coe, eigen (SeaKR EigenScore, "
@@ -211,7 +212,7 @@ class EnvConfig(ConfigBase):
                                                "driver sets it from TrainConfig.reasoner_service): the env's reasoner "
                                                "is a client of it, no model in the env's process; unset: the env "
                                                "builds its own reasoner. Never part of the cache namespace")
-    max_step_tokens: int = helpf(24, "cut a runaway step after this many tokens")
+    max_step_tokens: int = helpf(24, "cut a runaway step after this many tokens (>= 1)")
     seed: int = helpf(0, "seed of the env's own randomness (sampling for consistency signals)")
     plugins: list[str] = helpf([], "plug-in modules imported before the env's names are checked — in every process "
                                    "that builds the env (EnvRunners, warm-start workers, services): a user's "
@@ -287,7 +288,16 @@ class EnvConfig(ConfigBase):
             raise ConfigError(f"{where}: prefetch fills the env's own query cache; with retriever_service set the "
                               "searches run in the service — set prefetch: false")
         if self.max_retrievals_per_step < 1:
-            raise ConfigError(f"{where}: max_retrievals_per_step must be >= 1")
+            raise ConfigError(f"{where}: max_retrievals_per_step must be >= 1, got {self.max_retrievals_per_step}")
+        if self.max_retrievals_per_question < 0:
+            most = self.max_steps * self.max_retrievals_per_step
+            raise ConfigError(f"{where}: max_retrievals_per_question must be >= 0 (0: never retrieve), got "
+                              f"{self.max_retrievals_per_question}; there is no 'unlimited' value (-1 is not one): "
+                              f"an episode retrieves at most max_steps x max_retrievals_per_step = {most} times, so "
+                              f"set max_retrievals_per_question: {most} for no cap")
+        if self.max_step_tokens < 1:
+            raise ConfigError(f"{where}: max_step_tokens must be >= 1 (tokens one reasoning step may have before it "
+                              f"is cut), got {self.max_step_tokens}")
         if not self.query_modes:
             raise ConfigError(f"{where}: query_modes must name at least one query formulation")
         from agents.query import MODE_FACTORIES, QUERY_MODES

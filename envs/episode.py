@@ -47,6 +47,7 @@ class StepRecord:
     final: bool = False                         # the reasoner ended the text here (answer line or end-of-text)
     compression: dict | None = None             # evidence compression of this retrieval (sentences, tokens)
     rerank: dict | None = None                  # SeaKR's re-ranking: each candidate passage's EigenScore
+    evidence_truncated: int = 0                 # passages of this retrieval cut to fit the context window
 
 
 @dataclass
@@ -71,6 +72,7 @@ class Episode:
     episode_feats: dict[str, tuple] = field(default_factory=dict)  # per-episode observation fields
     answer: StepRecord | None = None            # at the end: the record whose content is scored (None: no answer)
     answer_status: str | None = None            # at the end: answered | closed (by answer_closing) | none
+    done: str | None = None                     # terminated | truncated once the episode ended (step() refused)
 
     def state(self, which: str, reasoner) -> Any:
         """The live reasoner state ``before`` / ``after`` the current step (restored from the record's snapshot
@@ -111,6 +113,7 @@ class RecordJob:
     injected: int = 0                           # whitespace tokens injected
     compression: dict | None = None             # the evidence transform's log (compression)
     rerank: dict | None = None                  # the selector's log (SeaKR's re-ranking)
+    truncated: int = 0                          # passages cut to fit the reasoner's context window
     # -- the generation
     cond: Any = None                            # the state generated from (with the evidence for a retrieval)
     step: Any = None                            # the generated step (None: not generated yet)

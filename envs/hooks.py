@@ -36,11 +36,14 @@ Example — a selector that always injects the retriever's top passage, used or 
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from envs.core.registry import Registry
 from envs.episode import Episode, RecordJob, StepRecord
+
+log = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -145,6 +148,22 @@ class LoopHooks:
                    listeners=(prefetcher,) if prefetcher is not None else ())
 
 
+def fit_evidence(c: Any, before: Any, earlier: tuple[str, ...], texts: list[str], where: str = ""
+                 ) -> tuple[list[str], int]:
+    """``texts`` cut to fit the reasoner's context window after ``before`` and the step's ``earlier`` evidence
+    (:func:`agents.reasoners.base.fit_evidence`; every backend says its window): ``(texts, passages cut)``. A cut is
+    logged (a warning naming the window and the tokens dropped) and counted in the step's ``info["evidence_truncated"]``
+    — evidence is truncated, never refused, so a long passage still informs the step."""
+    from agents.reasoners.base import fit_evidence as fit
+
+    out, note = fit(c.reasoner, before, tuple(earlier), list(texts))
+    if note:
+        log.warning("%sevidence cut to fit the reasoner's context window of %d tokens: %d passage(s) truncated, %d "
+                    "token(s) dropped", f"{where}: " if where else "", note["window"], note["truncated"],
+                    note["tokens_dropped"])
+    return out, int(note.get("truncated", 0))
+
+
 def conditioned_state(c: Any, cfg: Any, before: Any, evidence: tuple[str, ...]) -> Any:
     """The state a regenerated step is generated from: ``before`` with the evidence injected (``kv_reuse: false``:
     the whole prompt encoded again, as the naive integration does — same output)."""
@@ -154,4 +173,4 @@ def conditioned_state(c: Any, cfg: Any, before: Any, evidence: tuple[str, ...]) 
 
 __all__ = ["AFTER_REGENERATION", "EVIDENCE_TRANSFORMS", "RETRIEVAL_SELECTORS", "AfterRegeneration", "AsRetrieved",
            "Compress", "EvidenceTransform", "FirstUnused", "KeepRegenerated", "LoopHooks", "RetrievalSelector",
-           "conditioned_state"]
+           "conditioned_state", "fit_evidence"]

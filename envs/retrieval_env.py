@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import numbers
 from typing import Any
 
 import gymnasium as gym
@@ -58,8 +59,41 @@ log = logging.getLogger(__name__)
 
 HISTORY_DIM = 4  # step index, retrievals so far, tokens so far (/100), steps since last retrieval
 
-__all__ = ["HISTORY_DIM", "Episode", "RetrievalTimingEnv", "StepRecord", "reset_batch", "step_batch",
-           "usable_answer"]
+__all__ = ["HISTORY_DIM", "RESET_OPTIONS", "EnvUsageError", "Episode", "ResetNeeded", "RetrievalTimingEnv",
+           "StepRecord", "reset_batch", "step_batch", "usable_answer"]
+
+#: the keys ``reset(options=…)`` understands (anything else is an :class:`EnvUsageError`)
+RESET_OPTIONS = ("question_index",)
+
+
+class EnvUsageError(ValueError):
+    """The env was called in a way it does not support (bad ``reset`` options, an action outside the space)."""
+
+
+class ResetNeeded(gym.error.ResetNeeded, RuntimeError):
+    """``step()`` before ``reset()``, or after the episode ended (``terminated`` or ``truncated``): call ``reset()``."""
+
+
+def _question_index(options: dict | None, n: int) -> int | None:
+    """``options["question_index"]`` checked: a plain integer (not a bool, not a float) in ``[0, n)``; ``None``
+    when no options or no index is given. Unknown option keys are an error, never ignored."""
+    if options is None:
+        return None
+    if not isinstance(options, dict):
+        raise EnvUsageError(f"reset(options=…) must be a dict (keys: {', '.join(RESET_OPTIONS)}), got "
+                            f"{type(options).__name__} {options!r}")
+    unknown = [k for k in options if k not in RESET_OPTIONS]
+    if unknown:
+        raise EnvUsageError(f"reset(options=…): unknown key {unknown[0]!r} (valid: {', '.join(RESET_OPTIONS)})")
+    idx = options.get("question_index")
+    if idx is None:
+        return None
+    if isinstance(idx, (bool, np.bool_)) or not isinstance(idx, numbers.Integral):
+        raise EnvUsageError(f"reset(options=…): question_index must be an integer in [0, {n}), got "
+                            f"{type(idx).__name__} {idx!r}")
+    if not 0 <= int(idx) < n:
+        raise EnvUsageError(f"reset(options=…): question_index {int(idx)} out of range [0, {n})")
+    return int(idx)
 
 
 # ----------------------------------------------------------------------------------------- the decision loop
@@ -72,12 +106,10 @@ def reset_batch(envs: list[RetrievalTimingEnv], seeds: list[int | None] | None =
     for e, seed, opts in zip(envs, seeds, options):
         gym.Env.reset(e, seed=seed)
         questions = e.c.questions[: e.config.max_questions or None]
-        idx = (opts or {}).get("question_index")
+        idx = _question_index(opts, len(questions))
         if idx is None:
             idx = int(e.np_random.integers(len(questions)))
-        elif not 0 <= int(idx) < len(questions):
-            raise ValueError(f"question_index {idx} out of range [0, {len(questions)})")
-        e.ep = Episode(q=questions[int(idx)], qidx=int(idx))
+        e.ep = Episode(q=questions[idx], qidx=idx)
     # 2. the first step of every question: cache, else one batched generation
     for e, rec in zip(envs, _records(envs, "start")):
         ep = e.ep
@@ -113,9 +145,16 @@ def _decide(e: RetrievalTimingEnv, action: Any) -> Decision:
     """Phase 1: validate the action; split it into (retrieve?, query mode); a retrieval over a cap becomes an
     accept."""
     if getattr(e, "ep", None) is None or e.ep.record is None:
-        raise RuntimeError("call reset() before step()")
-    if not e.action_space.contains(e._normalise_action(action)):
-        raise ValueError(f"action {action!r} is outside the action space {e.action_space}")
+        raise ResetNeeded("call reset() before step()")
+    if e.ep.done:
+        raise ResetNeeded(f"step() after the episode ended ({e.ep.done}, question {e.c.question_id(e.ep.q)}): call "
+                          "reset() to start the next question")
+    try:
+        ok = e.action_space.contains(e._normalise_action(action))
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise EnvUsageError(f"action {action!r} is outside the action space {e.action_space}")
     retrieve, mode = e._split_action(action)
     ep, cfg = e.ep, e.config
     capped = bool(retrieve) and (ep.retrievals_this_step >= cfg.max_retrievals_per_step
@@ -145,7 +184,8 @@ def _retrieved(e: RetrievalTimingEnv, d: Decision, rec: StepRecord) -> None:
     d.retrieved = {"query": rec.query, "passage_ids": list(rec.passage_ids),
                    **({"compression": rec.compression} if rec.compression is not None else {}),
                    **({"rerank": rec.rerank} if rec.rerank is not None else {}),
-                   **({"ranked_ids": list(rec.ranked_ids)} if rec.ranked_ids else {})}  # (the log only)
+                   **({"ranked_ids": list(rec.ranked_ids)} if rec.ranked_ids else {}),  # (the log only)
+                   "evidence_truncated": int(getattr(rec, "evidence_truncated", 0) or 0)}
     d.event = CostEvent(retrieved=True, n_passages=len(rec.passage_ids), tokens_generated=rec.n_tokens,
                         tokens_injected=rec.tokens_injected, seconds_measured=rec.seconds,
                         step_index=ep.n_accepted + 1)
@@ -218,6 +258,8 @@ def _continue(envs: list[RetrievalTimingEnv], decided: list[Decision], kind: str
 def _outcome(e: RetrievalTimingEnv, d: Decision) -> tuple[dict, float, bool, bool, dict]:
     """Phase 4: the decision's costs, the answer quality at the end, the reward, the log entry and the info."""
     ep, (terminated, truncated) = e.ep, d.done
+    if terminated or truncated:  # the episode is over: a further step() is refused (ResetNeeded)
+        ep.done = "terminated" if terminated else "truncated"
     penalty, raw = e.costs(dataclasses.replace(d.event, seconds_modelled=modelled_seconds(d.event)))
     reward, quality = -penalty, None
     if terminated or truncated:
@@ -329,6 +371,7 @@ class RetrievalTimingEnv(gym.Env):
             "query": retrieved["query"],
             "passage_ids": retrieved["passage_ids"],
             "capped": capped,
+            "evidence_truncated": int(retrieved.get("evidence_truncated", 0)),  # passages cut to fit the context
             **({"compression": retrieved["compression"]} if "compression" in retrieved else {}),
             **({"refined": retrieved["refined"]} if "refined" in retrieved else {}),
             **({"rerank": retrieved["rerank"]} if "rerank" in retrieved else {}),

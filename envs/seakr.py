@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from envs.episode import Episode, RecordJob, StepRecord
-from envs.hooks import FirstUnused, conditioned_state
+from envs.hooks import FirstUnused, conditioned_state, fit_evidence
 
 
 class EigenScoreRerank(FirstUnused):
@@ -37,27 +37,33 @@ class EigenScoreRerank(FirstUnused):
                                                                                        n_inject=cfg.top_k))]
         if not cands:
             return
-        conds = [conditioned_state(c, cfg, jobs[j].before, tuple(eps[j].record.evidence) + (p.text,))
-                 for j, p in cands]
+        texts, cut = [], []
+        for j, p in cands:  # each candidate bounded by the reasoner's context window (counted, logged)
+            t, n = fit_evidence(c, jobs[j].before, tuple(eps[j].record.evidence), [p.text], c.question_id(eps[j].q))
+            texts.append(t[0])
+            cut.append(n)
+        conds = [conditioned_state(c, cfg, jobs[j].before, tuple(eps[j].record.evidence) + (t,))
+                 for (j, p), t in zip(cands, texts)]
         outs = c.reasoner.next_step(conds)
         c.precompute([step for step, _ in outs], conds)
         best: dict[int, tuple] = {}
         scores: dict[int, list] = {}
         tokens: dict[int, int] = {}
         injected: dict[int, int] = {}
-        for (j, p), cond, (step, after) in zip(cands, conds, outs):
+        for (j, p), text, n_cut, cond, (step, after) in zip(cands, texts, cut, conds, outs):
             features = c.features(step, cond)
             score = features[1].get("eigenscore", float("inf"))
             scores.setdefault(j, []).append([p.id, score])
             tokens[j] = tokens.get(j, 0) + step.n_tokens
-            injected[j] = injected.get(j, 0) + len(p.text.split())
+            injected[j] = injected.get(j, 0) + len(text.split())
             if j not in best or score < best[j][0]:
-                best[j] = (score, p, cond, step, after, features)
+                best[j] = (score, p, cond, step, after, features, text, n_cut)
         share = (time.perf_counter() - t0) / len(best)  # charged to the re-ranked records alone
-        for j, (_, p, cond, step, after, features) in best.items():
+        for j, (_, p, cond, step, after, features, text, n_cut) in best.items():
             job = jobs[j]
             job.passages = [p]
-            job.inject(tuple(eps[j].record.evidence), [p], [p.text])
+            job.inject(tuple(eps[j].record.evidence), [p], [text])
+            job.truncated = n_cut
             job.injected = injected[j]
             job.cond, job.step, job.after, job.features = cond, step, after, features
             job.generation_tokens, job.generation_seconds = tokens[j], share

@@ -91,6 +91,40 @@ class BranchingReasoner(Reasoner, Protocol):
         raise NotImplementedError
 
 
+#: tokens kept free after the evidence for the step and the answer closing's "Answer:" (beside max_step_tokens)
+EVIDENCE_MARGIN = 8
+
+
+def fit_evidence(reasoner: Any, state: Any, earlier: tuple[str, ...] | list[str], texts: list[str]
+                 ) -> tuple[list[str], dict[str, int]]:
+    """``texts`` (new evidence for ``state``'s next step, after its ``earlier`` evidence) cut so that the prompt,
+    all the evidence and the step fit the backend's context window: ``(texts, note)``, ``note``: ``{"truncated":
+    passages cut, "tokens_dropped": evidence tokens dropped, "window": the context window}`` (empty when nothing was
+    cut). Every backend says how long its context is (``context_window``: the micro-world LM's positions, the hf
+    model's max length, vLLM's ``max_model_len``, the HTTP backend's configured ``context_window``) and counts and
+    cuts text in its own tokens (``count_tokens``, ``cut_tokens``, ``state_tokens``); the room is shared fairly
+    (a short passage stays whole, the long ones share the rest). A backend that does not say (a plug-in) keeps
+    the evidence whole."""
+    window = getattr(reasoner, "context_window", None)
+    if not window or not all(hasattr(reasoner, m) for m in ("count_tokens", "cut_tokens", "state_tokens")):
+        return list(texts), {}
+    frame = reasoner.count_tokens("Evidence : \n")  # each evidence line's framing
+    reserve = int(getattr(reasoner, "max_step_tokens", 0) or 0) + EVIDENCE_MARGIN
+    used = reasoner.state_tokens(state) + sum(reasoner.count_tokens(e) + frame for e in earlier) + reserve
+    room = max(0, int(window) - used - frame * len(texts))
+    need = [reasoner.count_tokens(t) for t in texts]
+    if sum(need) <= room:
+        return list(texts), {}
+    share, left, order = {}, room, sorted(range(len(texts)), key=lambda i: need[i])
+    for k, i in enumerate(order):  # water-filling: the shortest first, each gets at most an equal share of the rest
+        share[i] = min(need[i], left // (len(order) - k))
+        left -= share[i]
+    out = [t if share[i] >= need[i] else reasoner.cut_tokens(t, share[i]) for i, t in enumerate(texts)]
+    note = {"truncated": sum(share[i] < need[i] for i in range(len(texts))),
+            "tokens_dropped": sum(need[i] - share[i] for i in range(len(texts))), "window": int(window)}
+    return out, note
+
+
 def run_chains(reasoner: Reasoner, questions: list[str], max_steps: int,
                front: list[list[str]] | None = None) -> list[list[Step]]:
     """Greedy chains for many questions with any reasoner: one batched ``next_step`` call per round.

@@ -166,6 +166,8 @@ class HFReasoner(TextStepReasoner):
             stop_ids = set(eos_ids)
         self._init_text(tokenizer, cfg, n_layers=model.config.num_hidden_layers, hidden_size=model.config.hidden_size,
                         eos_ids=eos_ids, stop_ids=stop_ids)
+        n = getattr(model.config, "max_position_embeddings", None)  # the model's max length bounds the evidence
+        self._context_window = int(n) if isinstance(n, int) and n > 0 else None
 
     @classmethod
     def from_config(cls, cfg: HFReasonerConfig | None = None) -> HFReasoner:

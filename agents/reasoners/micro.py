@@ -60,6 +60,22 @@ class MicroReasoner:
         self.n_layers = self.model.config.num_hidden_layers
         self.hidden_size = self.model.config.hidden_size
 
+    # ------------------------------------------------------------------ the context window
+    @property
+    def context_window(self) -> int:
+        """Positions the micro-world LM was built with (evidence is cut to fit: :func:`~agents.reasoners.base.
+        fit_evidence`)."""
+        return int(self.model.config.max_position_embeddings)
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tok.split(text))
+
+    def cut_tokens(self, text: str, n: int) -> str:
+        return " ".join(self.tok.split(text)[: max(0, n)])
+
+    def state_tokens(self, state: MicroState) -> int:
+        return len(state.gen.ids)
+
     # ------------------------------------------------------------------ prompts
     @staticmethod
     def _lines(question: str, front: tuple[str, ...], steps: tuple[str, ...]) -> str:

@@ -85,6 +85,11 @@ class OpenAIReasonerConfig(ConfigBase):
     system_prompt: str | None = helpf(None, "chat api: system message")
     instruction: str = helpf(STEP_INSTRUCTION, "instruction placed before the question")
     max_blank_retries: int = helpf(2, "a blank line is not a step: request again this many times")
+    context_window: int = helpf(8192, "the served model's context length in tokens (vLLM: its max_model_len): "
+                                      "evidence is cut to fit it, counted as ~chars_per_token characters a token "
+                                      "(info['evidence_truncated'] counts the passages cut)")
+    chars_per_token: float = helpf(3.0, "characters per token assumed when the prompt's length is estimated (no "
+                                        "tokenizer on this side; 3 is conservative for English)")
 
     def validate(self) -> None:
         if self.api not in APIS:
@@ -96,6 +101,10 @@ class OpenAIReasonerConfig(ConfigBase):
                 or self.max_step_tokens < 1):
             raise ConfigError("OpenAIReasonerConfig: need timeout_s > 0, deadline_s > 0, retries >= 0, "
                               "concurrency >= 1, max_step_tokens >= 1")
+        if self.context_window <= self.max_step_tokens or not self.chars_per_token > 0:
+            raise ConfigError(f"OpenAIReasonerConfig: need context_window > max_step_tokens ({self.max_step_tokens}) "
+                              f"and chars_per_token > 0, got context_window {self.context_window}, chars_per_token "
+                              f"{self.chars_per_token}")
 
 
 @dataclass(frozen=True)
@@ -136,6 +145,25 @@ class OpenAIReasoner:
         self.cfg = cfg or OpenAIReasonerConfig()
         self.capabilities = Capabilities(hidden_states=False, logprobs=self.cfg.logprobs, attentions=False,
                                          sampling=True)
+
+    # ------------------------------------------------------------------ the context window (estimated)
+    @property
+    def context_window(self) -> int:
+        return int(self.cfg.context_window)
+
+    @property
+    def max_step_tokens(self) -> int:
+        return int(self.cfg.max_step_tokens)
+
+    def count_tokens(self, text: str) -> int:
+        return math.ceil(len(text) / self.cfg.chars_per_token)
+
+    def cut_tokens(self, text: str, n: int) -> str:
+        return text[: int(max(0, n) * self.cfg.chars_per_token)]
+
+    def state_tokens(self, state: OpenAIState) -> int:
+        transcript = "".join(state.transcript) + state.forced
+        return self.count_tokens(self._user(state) + "\n" + transcript + (self.cfg.system_prompt or ""))
 
     # ------------------------------------------------------------------ HTTP
     def _headers(self, url: str) -> dict[str, str]:

@@ -173,6 +173,9 @@ def generate_steps(
     """
     from transformers import DynamicCache
 
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"generate_steps: max_new_tokens must be an integer >= 1 (EnvConfig.max_step_tokens), got "
+                         f"{max_new_tokens!r}")
     _check_options(model, header_fn, header_end_id, capture_attentions)
     device = next(model.parameters()).device
     B = len(states)

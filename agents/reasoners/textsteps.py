@@ -151,6 +151,31 @@ class TextStepReasoner:
     def _encode(self, text: str) -> list[int]:
         return self.tok.encode(text, add_special_tokens=False)
 
+    # the context window (evidence is cut to fit it: agents.reasoners.base.fit_evidence)
+    @property
+    def context_window(self) -> int | None:
+        """The model's longest sequence in tokens (a backend sets ``_context_window``; else the tokenizer's
+        ``model_max_length`` when it is a real one)."""
+        n = getattr(self, "_context_window", None)
+        if n:
+            return int(n)
+        n = getattr(self.tok, "model_max_length", None)
+        return int(n) if isinstance(n, int) and 0 < n < 10**7 else None
+
+    @property
+    def max_step_tokens(self) -> int:
+        return int(self.cfg.max_step_tokens)
+
+    def count_tokens(self, text: str) -> int:
+        return len(self._encode(text))
+
+    def cut_tokens(self, text: str, n: int) -> str:
+        ids = self._encode(text)
+        return self.tok.decode(ids[: max(0, n)], skip_special_tokens=True) if n < len(ids) else text
+
+    def state_tokens(self, state: TextState) -> int:
+        return len(state.gen.ids)
+
     def prompt_text(self, question: str, front: tuple[str, ...] = ()) -> str:
         """The text before the first step: chat template (if any) around instruction, evidence, question."""
         evidence = "".join(f"Evidence: {e}\n" for e in front)

@@ -118,6 +118,7 @@ class VLLMReasoner(TextStepReasoner):
         self._init_text(tokenizer, cfg, n_layers=engine.n_layers, hidden_size=engine.hidden_size,
                         eos_ids=eos_ids if eos_ids is not None else eos_token_ids(tokenizer))
         self._stop = sorted(self.stop_ids)
+        self._context_window = int(cfg.max_model_len)  # the engine's caches end there: evidence is cut to fit
 
     @classmethod
     def from_config(cls, cfg: VLLMReasonerConfig | None = None) -> VLLMReasoner:
