@@ -361,6 +361,7 @@ class OpenAIReasoner:
         lp = mp = ent = None
         header_tokens = 0
         parsed = self._choice_logprobs(choice) if self.cfg.logprobs else None
+        partial = None
         if self.cfg.logprobs and parsed is None and self.capabilities.logprobs:
             log.warning("%s returned no logprobs: output-level signals are masked for this backend",
                         self.cfg.base_url)
@@ -375,6 +376,14 @@ class OpenAIReasoner:
                     break
                 acc += t
                 keep += 1
+            if not acc.lstrip().startswith(gen_line.strip()):  # the logprobs do not cover the line (another text's)
+                partial = {"text_chars": len(gen_line), "covered_chars": len(acc), "tokens": len(toks)}
+                n_tokens = n_tokens or len(toks)
+                log.warning("%s: the returned logprobs cover %d of the line's %d characters (%r vs %r): the step's "
+                            "output-level signals are masked (step.meta['logprobs_partial'])", self.cfg.base_url,
+                            len(acc), len(gen_line), acc[:60], gen_line[:60])
+                parsed = None
+        if parsed is not None:
             if gen_h is not None:
                 acc = ""
                 for k, t in enumerate(toks[:keep]):
@@ -389,7 +398,8 @@ class OpenAIReasoner:
             n_tokens = n_tokens or len(toks)
         step = Step(index=s.n_steps + 1, text=line, content=content, is_answer=is_answer, token_ids=[],
                     logprobs=lp, entropies=ent, maxprobs=mp, finished=finished, seconds=dt, n_tokens=n_tokens,
-                    meta={"header_tokens": header_tokens, "finish_reason": choice.get("finish_reason")})
+                    meta={"header_tokens": header_tokens, "finish_reason": choice.get("finish_reason"),
+                          **({"logprobs_partial": partial} if partial else {})})
         n = s.n_steps + 1
         new = OpenAIState(s.question, s.front, s.transcript + (blank + line + "\n",), n,
                           done=is_answer or eos or n >= self.cfg.max_steps)
