@@ -88,6 +88,8 @@ def run_bench(cfg: BenchConfig, components=None) -> dict[str, Any]:
     known = set(scalar_signals()) | set(runner_probe_names(cfg))
     for m in cfg.methods:  # typos and missing policies are errors now, not after every other method ran
         m.preflight(known, cfg.skip_missing_policies)
+    for m in cfg.methods:  # so is a saved object that does not fit the env it runs in (a policy's fields, sizes)
+        m.check_loaded(runner)
     log.info("bench %s: dev %s, test %s, λ = %g, %d methods", cfg.name, cfg.dev, cfg.test, cfg.lambda_retrieval,
              len(cfg.methods))
     ctx = RunContext(runner, runner.run(NeverTrigger(), "dev", dev, tag="CoT"), dev, test, {}, {},

@@ -492,19 +492,13 @@ class Pipeline:
         return self._search_memo[key]
 
     def _check_fits(self) -> None:
-        """A learned policy reads observation fields of fixed sizes: this env must produce each of them."""
-        net = getattr(self.policy, "net", None) or getattr(getattr(self.policy, "trigger", None), "net", None)
-        if net is None:
+        """A learned policy reads observation fields of fixed sizes and may choose among named query modes: this
+        env must produce each of them (:func:`policies.rl.compat.check_policy_env`, the check every loader runs)."""
+        from policies.rl.compat import check_policy_env, policy_net
+
+        if policy_net(self.policy) is None:
             return
-        space = self.venv.single_observation_space
-        have = {k: int(math.prod(s.shape)) if s.shape else 1 for k, s in space.spaces.items()}
-        bad = [f"{k} ({n} numbers; this env: {have.get(k, 'none')})" for k, n in net.spec.fields.items()
-               if have.get(k) != n]
-        if bad:
-            raise ValueError(f"policy '{getattr(self.policy, 'name', 'learned')}' reads observation fields this env "
-                             f"does not produce alike: {', '.join(bad)}. A learned policy runs on the reasoner and "
-                             f"signals it was trained with (reasoner '{self.env_config.reasoner}', signals "
-                             f"{list(self.env_config.signals)} here); use a trigger, or train on this reasoner")
+        check_policy_env(self.policy, self.venv.single_observation_space, self.env_config, where="kairos.Pipeline")
 
     def describe(self) -> dict[str, Any]:
         """What runs: the policy, reasoner, retriever and its corpus, signals and query modes."""

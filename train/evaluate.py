@@ -93,6 +93,10 @@ def evaluate_policy(policy_or_trigger: Any, env_config: dict | Any, question_ind
     lam = (venv.envs[0].get_cost_weights() if venv is not None
            else {k: float(v) for k, v in cfg.costs.items()})
     try:
+        if venv is not None:  # a learned policy fits this env (fields, sizes, query modes) before the first episode
+            from policies.rl.compat import check_policy_env
+
+            check_policy_env(trigger, venv.single_observation_space, cfg)
         # the one decision loop (envs.rollout: also what kairos.Pipeline runs); a row per finished question
         for ev in run_episodes(venv.envs if venv is not None else [], trigger, todo,
                                after_batch=(lambda: os.fsync(sink.fileno())) if sink is not None else None):

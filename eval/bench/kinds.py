@@ -320,6 +320,25 @@ class LearnedMethod(MethodSpec):
                                     "`kairos train --config configs/train_microworld.yaml`; it writes "
                                     "<out_dir>/policy_trigger), or set skip_missing_policies: true")
 
+    def check_loaded(self, runner: Any) -> None:
+        """Every export this method may run (``path``, and with ``select_on_dev`` the run's snapshots) fits the env
+        it runs in — observation fields and sizes, query modes (:func:`policies.rl.compat.check_policy_env`) —
+        before the benchmark's first method runs."""
+        from envs.env_signals import observation_groups
+        from envs.retrieval_env import HISTORY_DIM
+        from policies.rl.compat import check_policy_env
+
+        if runner.cfg.skip_missing_policies and policy_path_missing(self.path):
+            return
+        env_config, components = runner._with_overrides(self.env)
+        groups = observation_groups(env_config, components.feature_dims)  # the env's observation space, as built
+        dims = {**groups, "history": HISTORY_DIM, "mask": len(groups)}
+        paths = calibration.snapshot_candidates(self.path) if self.select_on_dev else [Path(self.path)]
+        for path in paths:
+            t = dataclasses.replace(self, path=str(path), select_on_dev=False).make_trigger()
+            check_policy_env(t, dims, env_config, querygen=self.querygen,
+                             where=f"bench method '{self.name}' (env.signals {list(env_config.signals)})")
+
     def make_trigger(self, threshold: float | None = None, p: float | None = None, seed: int = 0):
         from policies.rl.export import LearnedTrigger
 

@@ -133,6 +133,10 @@ class MethodSpec(ConfigBase):
     def preflight(self, known_signals: set[str], skip_missing_policies: bool) -> None:
         """Checks on the driver before anything runs (a typo is an error now, not after the other methods ran)."""
 
+    def check_loaded(self, runner: Any) -> None:
+        """Checks of the saved objects the method loads against the env it runs in (a learned policy's fields,
+        sizes and query modes), on the driver, after :meth:`preflight` and before the first method runs."""
+
     # ------------------------------------------------------------ running
     def uses_querygen(self) -> bool:
         """Whether the policy picks the query mode itself (the env runs with QueryGen actions)."""

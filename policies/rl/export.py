@@ -75,9 +75,26 @@ def policy_fingerprint(path: str | Path) -> str:
 def load_policy(path: str | Path) -> tuple[PolicyNet, dict[str, Any]]:
     """``(net, meta)`` from an exported directory; heads that were not exported keep their fresh init."""
     path = Path(path)
-    meta = json.loads((path / "spec.json").read_text())
-    net = PolicyNet(PolicySpec.from_dict(meta["spec"]))
-    state = torch.load(path / "weights.pt", map_location="cpu", weights_only=True)
+    try:
+        meta = json.loads((path / "spec.json").read_text())
+        net = PolicyNet(PolicySpec.from_dict(meta["spec"]))
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise ValueError(f"{path / 'spec.json'}: not an exported policy's spec ({type(e).__name__}: {e}); export "
+                         "it again (`kairos train` writes <out_dir>/policy_trigger)") from None
+    try:
+        state = torch.load(path / "weights.pt", map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: weights.pt is missing beside spec.json; export the policy again") from None
+    except Exception as e:  # noqa: BLE001 — a truncated or foreign file: torch's own errors vary
+        raise ValueError(f"{path / 'weights.pt'}: unreadable policy weights ({type(e).__name__}: {e}); export "
+                         "the policy again") from None
+    own = net.state_dict()
+    resized = [f"{k} (spec.json: {list(own[k].shape)}; weights.pt: {list(v.shape)})" for k, v in state.items()
+               if k in own and tuple(own[k].shape) != tuple(v.shape)]
+    if resized:
+        raise ValueError(f"{path}: weights.pt does not match spec.json: {', '.join(resized[:3])}"
+                         f"{' …' if len(resized) > 3 else ''}; the two files come from different exports — export "
+                         "the policy again")
     missing, unexpected = net.load_state_dict(state, strict=False)
     if unexpected:
         raise ValueError(f"{path}: weights do not match spec.json (unexpected keys {unexpected[:3]})")
@@ -107,6 +124,7 @@ class LearnedTrigger:
         self.fingerprint: str | None = None  # content hash of the export it was loaded from (policy_fingerprint)
         self.mode_index: list[int] | None = None  # the policy's mode i -> the env's (bind_modes)
         self.env_config: dict[str, Any] | None = None  # the env it was trained in (spec.json's env_config, if any)
+        self.path: str | None = None  # the export it was loaded from
 
     @classmethod
     def load(cls, path: str | Path, name: str | None = None, querygen: bool | None = None,
@@ -116,15 +134,26 @@ class LearnedTrigger:
         t = cls(net, name=name or meta.get("name", Path(path).name), querygen=q, threshold=threshold)
         t.fingerprint = policy_fingerprint(path)
         t.env_config = meta.get("env_config")
+        t.path = str(path)
         return t
 
     def reset(self, seed: int | None = None) -> None:
         return None
 
     def probs(self, observation: dict[str, Any]) -> tuple[float, np.ndarray]:
-        """``(π(retrieve=1), π(mode))`` of one observation."""
-        obs = {k: torch.as_tensor(np.asarray(observation[k], dtype=np.float32)).reshape(1, -1)
-               for k in self.net.names}
+        """``(π(retrieve=1), π(mode))`` of one observation (a field it lacks, or of another size, is a
+        :class:`~policies.rl.compat.PolicyMismatchError`: see :func:`~policies.rl.compat.check_policy_env`, which
+        every loader runs first)."""
+        from policies.rl.compat import check_policy_env
+
+        try:
+            obs = {k: torch.as_tensor(np.asarray(observation[k], dtype=np.float32)).reshape(1, -1)
+                   for k in self.net.names}
+        except KeyError:
+            check_policy_env(self, {k: np.asarray(v).size for k, v in observation.items()}, {})
+            raise
+        if any(obs[k].shape[1] != n for k, n in self.net.spec.fields.items()):
+            check_policy_env(self, {k: np.asarray(v).size for k, v in observation.items()}, {})
         with torch.no_grad():
             out = self.net.forward_heads(obs)
         return (float(torch.softmax(out["retrieve_logits"], -1)[0, 1]),
