@@ -324,7 +324,8 @@ def qa_components(config: EnvConfig, task: Any = None) -> Components:
         if not reasoner.capabilities.hidden_states:
             raise ValueError(f"EnvConfig.probes: reasoner '{config.reasoner}' exposes no hidden states")
         mid = reasoner_model_id(reasoner, config.reasoner)
-        probes = {name: DETECTORS.make("probe", path, expected_model_id=mid) for name, path in config.probes.items()}
+        probes = {name: DETECTORS.make("probe", path, expected_model_id=mid, model_layers=n_layers)
+                  for name, path in config.probes.items()}
     return Components(config, task, reasoner, retriever, QueryGenerator(list(config.query_modes)), extractor,
                       _namespace(config.reasoner, [ident, corpus.fingerprint(), _task_file(task)], config),
                       feature_dims, probes, prefetcher)
@@ -447,7 +448,8 @@ def microworld_components(config: EnvConfig) -> Components:
         from envs.core.microworld.artifact import world_model_id
 
         mid = world_model_id(world)
-        probes = {name: DETECTORS.make("probe", path, expected_model_id=mid) for name, path in config.probes.items()}
+        probes = {name: DETECTORS.make("probe", path, expected_model_id=mid, model_layers=n_layers)
+                  for name, path in config.probes.items()}
     from envs.core.microworld.artifact import artifact_fingerprint
 
     ns = _namespace("micro", [world.train_info, artifact_fingerprint(world.path)], config)

@@ -169,5 +169,6 @@ def model_side_signals(config: EnvConfig, reasoner) -> tuple[Any, dict[str, Any]
 
         mid = reasoner_model_id(reasoner, config.reasoner)
     ex = _extractor(config, reasoner, n_layers, hidden, [], config.reasoner, mid, model_side_only=True)
-    probes = {name: DETECTORS.make("probe", path, expected_model_id=mid) for name, path in config.probes.items()}
+    probes = {name: DETECTORS.make("probe", path, expected_model_id=mid, model_layers=n_layers)
+              for name, path in config.probes.items()}
     return ex, probes

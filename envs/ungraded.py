@@ -291,7 +291,8 @@ def ungraded_components(config: EnvConfig, task: UngradedTask | None = None, cor
     extractor = _extractor(config, reasoner, n_layers, hidden, [p.text for p in corpus], config.reasoner, model_id)
     dims = extractor.dims
     feature_dims = {g: sum(dims[n] for n in group_signals()[g]) for g in record_groups(config)}
-    probes = {name: DETECTORS.make("probe", path, expected_model_id=model_id) for name, path in config.probes.items()}
+    probes = {name: DETECTORS.make("probe", path, expected_model_id=model_id, model_layers=n_layers)
+              for name, path in config.probes.items()}
     ns = _namespace(f"ungraded:{config.reasoner}", identity + [corpus.fingerprint()], config)
     return Components(config, task, reasoner, retriever, QueryGenerator(list(config.query_modes)), extractor, ns,
                       feature_dims, probes, prefetcher)

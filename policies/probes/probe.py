@@ -198,13 +198,17 @@ class Probe:
 
     @classmethod
     def load(cls, path: str | Path, expected_model_id: str | None = None,
-             expected_spec: FeatureSpec | dict[str, Any] | None = None) -> Probe:
+             expected_spec: FeatureSpec | dict[str, Any] | None = None, model_layers: int | None = None) -> Probe:
         """Load a saved probe, checking it was trained for ``expected_model_id`` and ``expected_spec``.
 
         Args:
             path: the probe directory.
             expected_model_id: the model (artifact fingerprint) it will run on; ``None`` skips the check.
             expected_spec: a :class:`FeatureSpec` (every field checked) or a dict of the fields to check.
+            model_layers: the transformer layers of the model it will run on (its layer interval must lie within).
+
+        ``probe.json``'s declared sizes (``n_features``, the normalisation, the architecture's input) are checked
+        against each other and against ``weights.safetensors`` before the weights load.
 
         Raises:
             ProbeMismatchError: naming the saved and the expected value.
@@ -238,13 +242,64 @@ class Probe:
                     name = "layer interval" if key == "layers" else key
                     raise ProbeMismatchError(f"probe {path} was trained with {name} {have[key]}, "
                                              f"but {name} {v} is expected ({spec.describe()})")
-        net = build_net(meta["arch"])
-        net.load_state_dict(load_file(str(path / "weights.safetensors")))
-        net.eval()
+        net = _load_net(path, meta, load_file)
+        if model_layers:  # (0: the model's layers are unknown)
+            _check_layers(path, spec, meta, int(model_layers))
         norm = meta["normalization"]
         return cls(spec=spec, net=net, arch=meta["arch"], model_id=meta["model_id"],
                    mean=np.asarray(norm["mean"], dtype=np.float32), std=np.asarray(norm["std"], dtype=np.float32),
                    threshold=float(meta["threshold"]), info=meta.get("info", {}))
+
+
+def _load_net(path: Path, meta: dict[str, Any], load_file) -> torch.nn.Module:
+    """The probe's network with its weights, after checking ``probe.json``'s declared sizes against each other and
+    against ``weights.safetensors`` (a :class:`ProbeMismatchError` naming both files and the sizes)."""
+    meta_path, weights = path / "probe.json", path / "weights.safetensors"
+    fix = ("the two files come from different trainings: retrain the probe (`kairos probe train …`) or restore the "
+           "probe.json written with these weights")
+    arch, norm = meta.get("arch") or {}, meta.get("normalization") or {}
+    n_mean, n_std = len(norm.get("mean") or []), len(norm.get("std") or [])
+    declared = {"n_features": meta.get("n_features"), "normalization.mean": n_mean, "normalization.std": n_std}
+    if arch.get("type") == "mlp":
+        declared["arch.in_dim"] = arch.get("in_dim")
+    elif arch.get("type") == "reprobe":
+        declared["arch.n_tokens x arch.d_in"] = int(arch.get("n_tokens", 0)) * int(arch.get("d_in", 0))
+    sizes = {k: v for k, v in declared.items() if v is not None}
+    if len(set(sizes.values())) > 1:
+        raise ProbeMismatchError(f"{meta_path}: declares inconsistent input sizes "
+                                 f"({', '.join(f'{k} {v}' for k, v in sizes.items())}); the file was edited or is "
+                                 "damaged: retrain the probe (`kairos probe train …`)")
+    try:
+        net = build_net(arch)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{meta_path}: bad architecture {arch!r} ({e}); retrain the probe") from None
+    if not weights.is_file():
+        raise FileNotFoundError(f"{path}: weights.safetensors is missing beside probe.json; retrain the probe")
+    try:
+        state = load_file(str(weights))
+    except Exception as e:  # noqa: BLE001 — safetensors' errors vary (truncated header, bad json)
+        raise ValueError(f"{weights}: unreadable probe weights ({type(e).__name__}: {e}); retrain the probe") from None
+    own = net.state_dict()
+    bad = [f"{k} (probe.json: {list(own[k].shape)}; weights: {list(v.shape)})" for k, v in state.items()
+           if k in own and tuple(own[k].shape) != tuple(v.shape)]
+    missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
+    if bad or missing or unexpected:
+        what = bad[:3] + [f"missing {m}" for m in missing[:2]] + [f"unexpected {u}" for u in unexpected[:2]]
+        raise ProbeMismatchError(f"probe {path}: weights.safetensors does not match the network probe.json declares "
+                                 f"(input size {sizes.get('n_features', '?')}): {'; '.join(what)} — {fix}")
+    net.load_state_dict(state)
+    return net.eval()
+
+
+def _check_layers(path: Path, spec: FeatureSpec, meta: dict[str, Any], n_layers: int) -> None:
+    """The probe's layer interval (PUlSE) or layer count (ReProbe: ``L+1`` tokens) against the model's layers."""
+    if spec.layers is not None and not 0 <= spec.layers[0] < spec.layers[1] <= n_layers:
+        raise ProbeMismatchError(f"probe {path} reads layer interval {list(spec.layers)}, but the model has "
+                                 f"{n_layers} layers (valid: 0 <= a < b <= {n_layers}); retrain it for this model")
+    arch = meta.get("arch") or {}
+    if arch.get("type") == "reprobe" and int(arch.get("n_tokens", 0)) != n_layers + 1:
+        raise ProbeMismatchError(f"probe {path} reads {arch.get('n_tokens')} layer states, but the model has "
+                                 f"{n_layers + 1} (layers + embeddings); retrain it for this model")
 
 
 def _package_version() -> str:
