@@ -145,7 +145,10 @@ def load_artifact(path: str | Path | None = None, verify: bool = True, threads: 
     except (KeyError, TypeError, json.JSONDecodeError) as e:
         raise ArtifactError(f"{path}: corrupt artifact ({type(e).__name__}: {e})") from e
     if mcfg.vocab_size != len(tok):
-        raise ArtifactError(f"{path}: tokenizer has {len(tok)} words but the model expects {mcfg.vocab_size}")
+        raise ArtifactError(f"{path}: tokenizer.json has {len(tok)} words but model/config.json expects vocab_size "
+                            f"{mcfg.vocab_size}: the two come from different builds; rebuild the artifact "
+                            f"(`kairos microworld build --out {path}`)")
+    check_world(path, kb, qids, tok)
     if threads:
         torch.set_num_threads(threads)
     mcfg._attn_implementation = "sdpa"
@@ -157,6 +160,12 @@ def load_artifact(path: str | Path | None = None, verify: bool = True, threads: 
                           train_info=manifest.get("train", {}), path=path, metrics=None)
     model = LlamaForCausalLM(mcfg)
     state = load_file(str(path / "model" / "model.safetensors"))
+    own = model.state_dict()
+    resized = [f"{k} (config.json: {list(own[k].shape)}; weights: {list(v.shape)})" for k, v in state.items()
+               if k in own and tuple(own[k].shape) != tuple(v.shape)]
+    if resized:
+        raise ArtifactError(f"{path}: model/model.safetensors does not match model/config.json: "
+                            f"{'; '.join(resized[:3])}; rebuild the artifact (`kairos microworld build --out {path}`)")
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [m for m in missing if m != "lm_head.weight"]
     if missing or unexpected:
@@ -170,6 +179,43 @@ def load_artifact(path: str | Path | None = None, verify: bool = True, threads: 
         metrics = json.loads((path / "metrics.json").read_text())
     return MicroWorld(kb=kb, questions=questions, tokenizer=tok, model=model, config=cfg,
                       train_info=manifest.get("train", {}), path=path, metrics=metrics)
+
+
+def check_world(path: Path, kb: KnowledgeBase, qids: dict[str, list[str]], tok: Any) -> None:
+    """The artifact's parts against each other: every word of the KB's entities and fact sentences and of the
+    questions is a tokenizer word (an unknown one would read as ``<unk>``), and every question starts at a KB entity
+    and follows KB relations. An :class:`ArtifactError` names the files, an example and the fix."""
+    from envs.core.microworld.kb import render_fact
+
+    fix = f"the files come from different builds; rebuild the artifact (`kairos microworld build --out {path}`)"
+    known = set(tok.vocab)
+    words = {w for names in kb.entities.values() for n in names for w in tok.split(n)}
+    for f in kb.facts:
+        words.update(tok.split(render_fact(f.subject, f.relation, f.object)))
+    unknown = sorted(w for w in words if w not in known)
+    if unknown:
+        raise ArtifactError(f"{path}: kb.json uses {len(unknown)} word(s) tokenizer.json does not know (e.g. "
+                            f"{', '.join(repr(w) for w in unknown[:3])}); {fix}")
+    relations = {f.relation for f in kb.facts}
+    paths: dict[tuple[str, ...], str] = {}
+    for split, ids in qids.items():
+        for qid in ids:
+            try:
+                q = _parse_qid(qid)
+            except ValueError:
+                raise ArtifactError(f"{path}: questions.json['{split}'] holds a malformed question id {qid!r} "
+                                    f"(HEAD/rel.rel…); {fix}") from None
+            bad = [r for r in q.path if r not in relations]
+            if q.head not in kb.entity_type or bad:
+                what = f"relation '{bad[0]}'" if bad else f"entity '{q.head}'"
+                raise ArtifactError(f"{path}: questions.json['{split}'] question '{qid}' names {what}, which "
+                                    f"kb.json does not have; {fix}")
+            paths.setdefault(q.path, qid)
+    for qid in paths.values():  # one question per relation path: the templates' words
+        unknown = [w for w in tok.split(_parse_qid(qid).text) if w not in known]
+        if unknown:
+            raise ArtifactError(f"{path}: question '{qid}' reads words tokenizer.json does not know "
+                                f"({', '.join(repr(w) for w in unknown[:3])}); {fix}")
 
 
 def _parse_qid(qid: str) -> Question:
