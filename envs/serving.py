@@ -23,6 +23,104 @@ def kill_all(handles: list) -> None:
 #: handles of the replicas this process started, by service name (keeps them alive; :func:`stop_replicas` ends them)
 OWNED: dict[str, list] = {}
 
+#: seconds between two progress lines while the driver waits for actors to be placed / to load
+PROGRESS_EVERY_S = 15.0
+
+
+class ResourceRequestError(ValueError):
+    """A Ray resource request no node of the cluster can ever satisfy (a resource type it lacks, or more of one than
+    any single node has). A ``ValueError``: a setting to change, printed by every CLI as its one error line."""
+
+
+def ray_request(options: dict[str, Any]) -> dict[str, float]:
+    """The Ray resources an actor of ``options`` (``num_cpus``, ``num_gpus``, ``resources``) asks for, as one dict
+    by resource name (``CPU``, ``GPU``, custom names); zero amounts left out."""
+    out = {"CPU": float(options.get("num_cpus") or 0.0), "GPU": float(options.get("num_gpus") or 0.0)}
+    out.update({str(k): float(v) for k, v in (options.get("resources") or {}).items()})
+    return {k: v for k, v in out.items() if v > 0}
+
+
+def cluster_nodes() -> list[dict[str, float]]:
+    """The resource totals of every alive node of the running Ray cluster (``node:…`` markers left out)."""
+    import ray
+
+    return [{k: float(v) for k, v in (n.get("Resources") or {}).items() if not k.startswith("node:")}
+            for n in ray.nodes() if n.get("Alive")]
+
+
+def _offers(nodes: list[dict[str, float]]) -> str:
+    def one(n):
+        return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(n.items())
+                               if k not in ("memory", "object_store_memory")) + "}"
+    return "; ".join(one(n) for n in nodes) or "no alive node"
+
+
+def check_requests(requests: list[tuple[str, dict[str, float]]], nodes: list[dict[str, float]] | None = None) -> None:
+    """Each ``(config key, resources)`` request against the cluster's nodes at once: a request that no single node
+    can ever hold (a resource type no node has — e.g. a GPU on a cluster without any — or more than the largest
+    node's total) is a :class:`ResourceRequestError` naming the key, the resource and what each node offers; a set
+    of requests larger than the whole cluster is logged (some wait until others end)."""
+    import logging
+
+    nodes = cluster_nodes() if nodes is None else nodes
+    for key, req in requests:
+        if not req or any(all(n.get(r, 0.0) >= amount for r, amount in req.items()) for n in nodes):
+            continue
+        lacking = [r for r in req if not any(n.get(r, 0.0) > 0 for n in nodes)]
+        if lacking:
+            why = (f"no node of the cluster has any '{lacking[0]}'" + (" (no GPU at all)" if lacking[0] == "GPU"
+                                                                         else ""))
+        else:
+            short = next(r for r in req if max(n.get(r, 0.0) for n in nodes) < req[r])
+            why = f"'{short}': {req[short]:g} asked, the largest node has {max(n.get(short, 0.0) for n in nodes):g}"
+        fix = ("set it to 0 / remove it, or start Ray on a node that offers it (`ray start --num-gpus N` / "
+               "`--resources '{\"NAME\": N}'`)")
+        raise ResourceRequestError(f"{key} asks Ray for {_fmt(req)}, which no node can ever provide: {why}; the "
+                                   f"cluster's nodes offer {_offers(nodes)}. Fix: {fix}")
+    total: dict[str, float] = {}
+    for _, req in requests:
+        for r, v in req.items():
+            total[r] = total.get(r, 0.0) + v
+    have = {r: sum(n.get(r, 0.0) for n in nodes) for r in total}
+    over = [r for r in total if total[r] > have[r] + 1e-9]
+    if over:
+        logging.getLogger(__name__).warning(
+            "together %s ask Ray for %s, more than the cluster's %s: some wait until others end",
+            ", ".join(k for k, _ in requests), ", ".join(f"{r}: {total[r]:g}" for r in over),
+            ", ".join(f"{r}: {have[r]:g}" for r in over))
+
+
+def _fmt(req: dict[str, float]) -> str:
+    return "{" + ", ".join(f"{k}: {v:g}" for k, v in req.items()) + "}"
+
+
+def wait_reporting(refs: list, timeout_s: float, what: str, waiting_for: str, every_s: float | None = None):
+    """``ray.wait`` for all ``refs`` within ``timeout_s``, logging every ``every_s`` seconds (default
+    :data:`PROGRESS_EVERY_S`) how many are still pending, what they wait for and what the cluster has free now:
+    ``(ready, pending)``."""
+    import logging
+    import time
+
+    import ray
+
+    every = PROGRESS_EVERY_S if every_s is None else every_s
+    t0 = time.monotonic()
+    ready: list = []
+    pending = list(refs)
+    while pending:
+        left = timeout_s - (time.monotonic() - t0)
+        if left <= 0:
+            break
+        done, pending = ray.wait(pending, num_returns=len(pending), timeout=min(every, left))
+        ready += done
+        if pending and time.monotonic() - t0 < timeout_s:
+            free = {k: v for k, v in ray.available_resources().items() if k in ("CPU", "GPU") or
+                    not (k.startswith("node:") or k in ("memory", "object_store_memory"))}
+            logging.getLogger(__name__).warning(
+                "%s: still waiting for %d of %d (%s) after %.0f of %.0f s; free now: %s", what, len(pending),
+                len(refs), waiting_for, time.monotonic() - t0, timeout_s, _fmt(free))
+    return ready, pending
+
 
 def start_replicas(cls: type, name: str, n: int, args: tuple, options: dict[str, Any], timeout_s: float,
                    what: str) -> tuple[dict, list[dict]]:
@@ -32,10 +130,13 @@ def start_replicas(cls: type, name: str, n: int, args: tuple, options: dict[str,
     it asked for and the cluster's — or when one fails to start. This process owns them (:data:`OWNED`)."""
     import ray
 
+    asked = ray_request(options)
+    check_requests([(f"{what.replace(' ', '_')} (per replica)", asked)])  # never placeable: an error now
     handles = [ray.remote(cls).options(name=f"{name}/{i}", namespace=NAMESPACE, **options).remote(*args)
                for i in range(n)]
     refs = [h.info.remote() for h in handles]
-    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+    ready, _ = wait_reporting(refs, timeout_s, f"{what} '{name}'",
+                              f"each replica asks for {_fmt(asked)} and then loads its model or index")
     if len(ready) < len(refs):
         kill_all(handles)
         asked = {k: v for k, v in options.items() if k in ("num_cpus", "num_gpus", "resources")}

@@ -409,6 +409,13 @@ def start(config: ServeConfig, temp_dir: str | None = None, log_to_driver: bool 
     if not ray.is_initialized():
         check_port_free(config.host, config.port)
         init_ray(config, temp_dir, log_to_driver)
+    from envs.serving import ResourceRequestError, check_requests, ray_request
+
+    try:  # a replica no node can ever hold: an error now, naming the key, not a deployment that waits forever
+        check_requests([("replica_cpus / replica_gpus (each replica)",
+                         ray_request({"num_cpus": config.replica_cpus, "num_gpus": config.replica_gpus}))])
+    except ResourceRequestError as e:
+        raise ServeStartError(str(e)) from None
     serve.start(http_options={"host": config.host, "port": config.port})
     try:
         serve.run(build_app(config), name=config.app_name, route_prefix="/")

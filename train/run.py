@@ -96,6 +96,26 @@ def init_ray(cfg: TrainConfig) -> bool:
     return True
 
 
+def check_cluster(cfg: TrainConfig) -> None:
+    """Every Ray resource request of the run — the EnvRunners (``num_env_runners`` × 1 CPU +
+    ``num_gpus_per_env_runner``), the reasoner and retriever services' replicas (``num_cpus``, ``num_gpus``,
+    ``resources``) — against the running cluster's nodes (:func:`envs.serving.check_requests`): one that no node can
+    ever hold is a :class:`~envs.serving.ResourceRequestError` naming the key and what the nodes offer."""
+    from envs.serving import check_requests, ray_request
+
+    reqs = []
+    if cfg.num_env_runners > 0:
+        reqs.append((f"num_env_runners / num_gpus_per_env_runner (each of {cfg.num_env_runners} EnvRunners)",
+                     ray_request({"num_cpus": 1, "num_gpus": cfg.num_gpus_per_env_runner})))
+    for key in ("reasoner_service", "retriever_service"):
+        svc = getattr(cfg, key)
+        if svc is not None:
+            reqs.append((f"{key} (each of {svc.replicas} replicas)",
+                         ray_request({"num_cpus": svc.num_cpus, "num_gpus": getattr(svc, "num_gpus", 0.0),
+                                      "resources": svc.resources})))
+    check_requests(reqs)
+
+
 class RemoteWorkerError(ValueError):
     """An EnvRunner (a Ray actor) failed: the message is the worker's own exception, not Ray's traceback (a
     ValueError, so every CLI prints it as its one error line)."""
@@ -275,6 +295,14 @@ def train(cfg: TrainConfig, resume: bool = False, stop_after: int | None = None,
     if cfg.warmstart.enabled and not (resume and list_checkpoints(ckpt_dir)):
         warm = str(run_warmstart_of(cfg, show_progress))  # on the driver, before Ray starts
     started = init_ray(cfg)
+    try:
+        check_cluster(cfg)  # a request no node can ever satisfy fails now, naming the key (not after a silent wait)
+    except Exception:
+        if started:
+            import ray
+
+            ray.shutdown()
+        raise
     services = start_services(cfg)
     algo = _build_algo(cfg, services)
     try:
