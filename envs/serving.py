@@ -71,8 +71,9 @@ def check_requests(requests: list[tuple[str, dict[str, float]]], nodes: list[dic
             why = (f"no node of the cluster has any '{lacking[0]}'" + (" (no GPU at all)" if lacking[0] == "GPU"
                                                                          else ""))
         else:
-            short = next(r for r in req if max(n.get(r, 0.0) for n in nodes) < req[r])
-            why = f"'{short}': {req[short]:g} asked, the largest node has {max(n.get(short, 0.0) for n in nodes):g}"
+            short = next((r for r in req if max(n.get(r, 0.0) for n in nodes) < req[r]), None)
+            why = (f"'{short}': {req[short]:g} asked, the largest node has {max(n.get(short, 0.0) for n in nodes):g}"
+                   if short else "each resource exists, but no single node has all of them together")
         fix = ("set it to 0 / remove it, or start Ray on a node that offers it (`ray start --num-gpus N` / "
                "`--resources '{\"NAME\": N}'`)")
         raise ResourceRequestError(f"{key} asks Ray for {_fmt(req)}, which no node can ever provide: {why}; the "
