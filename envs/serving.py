@@ -27,9 +27,10 @@ OWNED: dict[str, list] = {}
 PROGRESS_EVERY_S = 15.0
 
 
-class ResourceRequestError(ValueError):
+class ResourceRequestError(ValueError, RuntimeError):
     """A Ray resource request no node of the cluster can ever satisfy (a resource type it lacks, or more of one than
-    any single node has). A ``ValueError``: a setting to change, printed by every CLI as its one error line."""
+    any single node has). A ``ValueError`` (a setting to change: every CLI prints it as its one error line) and a
+    ``RuntimeError`` (what a replica that cannot start raised before)."""
 
 
 def ray_request(options: dict[str, Any]) -> dict[str, float]:

@@ -305,7 +305,6 @@ def test_impossible_service_fails_at_once_and_waits_report(ray_local, caplog, mo
     assert "demo service 'slowpoke': still waiting for 1 of 2 (each replica asks for {CPU: 2}" in caplog.text
 
 
-@pytest.mark.slow
 def test_train_cli_with_a_gpu_service_on_a_cpu_cluster_fails_at_once(tmp_path):
     cfg = _yaml(tmp_path / "train.yaml", {"env": "microworld", "out_dir": str(tmp_path / "run"), "iterations": 1,
                                           "num_env_runners": 0, "env_config": {**ENV, "max_questions": 4},
