@@ -97,10 +97,13 @@ def _retrieve(c: Any, cfg: Any, eps: list[Episode], jobs: list[RecordJob], modes
         if job.step is None:  # (a selector that regenerated the step has injected its evidence already)
             texts = [p.text for p in job.passages]
             if texts:
+                # bounded by the reasoner's context window (cut, logged, counted in info["evidence_truncated"]) —
+                # before the evidence transform too: compression reads the passages with the model
+                earlier, qid = tuple(ep.record.evidence), c.question_id(ep.q)
+                texts, job.truncated = fit_evidence(c, job.before, earlier, texts, qid)
                 texts, job.compression = hooks.evidence(c, cfg, job.before, texts, ep.record.text)
-                # bounded by the reasoner's context window (cut, logged, counted in info["evidence_truncated"])
-                texts, job.truncated = fit_evidence(c, job.before, tuple(ep.record.evidence), texts,
-                                                    c.question_id(ep.q))
+                texts, cut = fit_evidence(c, job.before, earlier, texts, qid)
+                job.truncated = job.truncated or cut
             job.inject(tuple(ep.record.evidence), job.passages, texts)
 
 

@@ -104,6 +104,8 @@ def reset_batch(envs: list[RetrievalTimingEnv], seeds: list[int | None] | None =
     seeds, options = seeds or [None] * n, options or [None] * n
     # 1. each copy draws its question with its own RNG (or takes options["question_index"])
     for e, seed, opts in zip(envs, seeds, options):
+        if e.closed:
+            raise EnvUsageError("reset() on a closed env (close() released its trajectory cache): make a new env")
         gym.Env.reset(e, seed=seed)
         questions = e.c.questions[: e.config.max_questions or None]
         idx = _question_index(opts, len(questions))
@@ -144,6 +146,8 @@ def _records(envs: list[RetrievalTimingEnv], kind: str, modes: list[int] | None 
 def _decide(e: RetrievalTimingEnv, action: Any) -> Decision:
     """Phase 1: validate the action; split it into (retrieve?, query mode); a retrieval over a cap becomes an
     accept."""
+    if e.closed:
+        raise EnvUsageError("step() on a closed env (close() released its trajectory cache): make a new env")
     if getattr(e, "ep", None) is None or e.ep.record is None:
         raise ResetNeeded("call reset() before step()")
     if e.ep.done:
@@ -305,6 +309,7 @@ class RetrievalTimingEnv(gym.Env):
         self.action_space = (spaces.Tuple((spaces.Discrete(2), spaces.Discrete(n_modes))) if self.config.querygen
                              else spaces.Discrete(2))
         self.ep: Episode | None = None  # the current question's state (reset builds it)
+        self.closed = False  # close() released the cache: reset() and step() are refused after it
 
     # ------------------------------------------------------------------ runtime knobs
     def set_cost_weights(self, weights: dict[str, float]) -> None:
@@ -399,4 +404,5 @@ class RetrievalTimingEnv(gym.Env):
         return None
 
     def close(self):
+        self.closed = True
         self.cache.close()

@@ -87,7 +87,9 @@ class BatchedRetrievalEnv(VectorEnv):
     def close_extras(self, **kwargs):
         envs = getattr(self, "envs", None)  # None when the constructor failed: nothing to close
         if envs:
-            envs[0].close()
+            envs[0].close()  # the copies share its cache: every copy is closed with it
+            for e in envs[1:]:
+                e.closed = True
 
 
 def make_batched(num_envs: int, config=None, components=None) -> BatchedRetrievalEnv:
