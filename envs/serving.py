@@ -56,15 +56,16 @@ def _offers(nodes: list[dict[str, float]]) -> str:
     return "; ".join(one(n) for n in nodes) or "no alive node"
 
 
-def check_requests(requests: list[tuple[str, dict[str, float]]], nodes: list[dict[str, float]] | None = None) -> None:
-    """Each ``(config key, resources)`` request against the cluster's nodes at once: a request that no single node
-    can ever hold (a resource type no node has — e.g. a GPU on a cluster without any — or more than the largest
-    node's total) is a :class:`ResourceRequestError` naming the key, the resource and what each node offers; a set
-    of requests larger than the whole cluster is logged (some wait until others end)."""
-    import logging
-
+def check_requests(requests: list[tuple], nodes: list[dict[str, float]] | None = None) -> None:
+    """Each ``(config key, resources[, count])`` request against the cluster's nodes at once: a request that no
+    single node can ever hold (a resource type no node has — e.g. a GPU on a cluster without any — or more than the
+    largest node's total) is a :class:`ResourceRequestError` naming the key, the resource and what each node offers.
+    The requests are actors that live together (a run's EnvRunners and service replicas, ``count`` of each): more of
+    a resource in all than the whole cluster has can never be placed at once — an error too, not a silent wait."""
     nodes = cluster_nodes() if nodes is None else nodes
-    for key, req in requests:
+    fix = ("lower it (or set it to 0 / remove it), or start Ray on nodes that offer it (`ray start --num-cpus N "
+           "--num-gpus N --resources '{\"NAME\": N}'`)")
+    for key, req, *_ in requests:
         if not req or any(all(n.get(r, 0.0) >= amount for r, amount in req.items()) for n in nodes):
             continue
         lacking = [r for r in req if not any(n.get(r, 0.0) > 0 for n in nodes)]
@@ -75,21 +76,20 @@ def check_requests(requests: list[tuple[str, dict[str, float]]], nodes: list[dic
             short = next((r for r in req if max(n.get(r, 0.0) for n in nodes) < req[r]), None)
             why = (f"'{short}': {req[short]:g} asked, the largest node has {max(n.get(short, 0.0) for n in nodes):g}"
                    if short else "each resource exists, but no single node has all of them together")
-        fix = ("set it to 0 / remove it, or start Ray on a node that offers it (`ray start --num-gpus N` / "
-               "`--resources '{\"NAME\": N}'`)")
         raise ResourceRequestError(f"{key} asks Ray for {_fmt(req)}, which no node can ever provide: {why}; the "
                                    f"cluster's nodes offer {_offers(nodes)}. Fix: {fix}")
     total: dict[str, float] = {}
-    for _, req in requests:
+    for key, req, *n in requests:
         for r, v in req.items():
-            total[r] = total.get(r, 0.0) + v
+            total[r] = total.get(r, 0.0) + v * (n[0] if n else 1)
     have = {r: sum(n.get(r, 0.0) for n in nodes) for r in total}
     over = [r for r in total if total[r] > have[r] + 1e-9]
     if over:
-        logging.getLogger(__name__).warning(
-            "together %s ask Ray for %s, more than the cluster's %s: some wait until others end",
-            ", ".join(k for k, _ in requests), ", ".join(f"{r}: {total[r]:g}" for r in over),
-            ", ".join(f"{r}: {have[r]:g}" for r in over))
+        parts = "; ".join(f"{k}: {_fmt(req)}" + (f" x {n[0]}" if n else "") for k, req, *n in requests if req)
+        raise ResourceRequestError(f"together the run's actors ask Ray for "
+                                   f"{', '.join(f'{r}: {total[r]:g}' for r in over)}, more than the whole cluster "
+                                   f"has ({', '.join(f'{r}: {have[r]:g}' for r in over)}), and they must all run at "
+                                   f"once: they would wait forever ({parts}). Fix: {fix}")
 
 
 def _fmt(req: dict[str, float]) -> str:
@@ -133,7 +133,7 @@ def start_replicas(cls: type, name: str, n: int, args: tuple, options: dict[str,
     import ray
 
     asked = ray_request(options)
-    check_requests([(f"{what.replace(' ', '_')} (per replica)", asked)])  # never placeable: an error now
+    check_requests([(f"{what.replace(' ', '_')} (per replica)", asked, n)])  # never placeable: an error now
     handles = [ray.remote(cls).options(name=f"{name}/{i}", namespace=NAMESPACE, **options).remote(*args)
                for i in range(n)]
     refs = [h.info.remote() for h in handles]

@@ -412,8 +412,9 @@ def start(config: ServeConfig, temp_dir: str | None = None, log_to_driver: bool 
     from envs.serving import ResourceRequestError, check_requests, ray_request
 
     try:  # a replica no node can ever hold: an error now, naming the key, not a deployment that waits forever
-        check_requests([("replica_cpus / replica_gpus (each replica)",
-                         ray_request({"num_cpus": config.replica_cpus, "num_gpus": config.replica_gpus}))])
+        check_requests([(f"replica_cpus / replica_gpus (each of {config.replicas} replicas)",
+                         ray_request({"num_cpus": config.replica_cpus, "num_gpus": config.replica_gpus}),
+                         config.replicas)])
     except ResourceRequestError as e:
         raise ServeStartError(str(e)) from None
     serve.start(http_options={"host": config.host, "port": config.port})

@@ -277,6 +277,12 @@ def test_requests_checked_against_the_cluster_types():
         check_requests([("num_env_runners", ray_request({"num_cpus": 8}))], nodes)
     with pytest.raises(ResourceRequestError, match=r"no node of the cluster has any 'gpu_node'"):
         check_requests([("retriever_service", ray_request({"num_cpus": 1, "resources": {"gpu_node": 1}}))], nodes)
+    # each fits a node, but together they need more than the cluster has: they would wait forever
+    with pytest.raises(ResourceRequestError, match=r"together the run's actors ask Ray for CPU: 8, more than the "
+                                                   r"whole cluster has \(CPU: 6\).*num_env_runners: \{CPU: 1\} x 3"):
+        check_requests([("num_env_runners", ray_request({"num_cpus": 1}), 3),
+                        ("reasoner_service", ray_request({"num_cpus": 4}), 1),
+                        ("retriever_service", ray_request({"num_cpus": 1}), 1)], nodes)
     # both types exist, but not on one node
     with pytest.raises(ResourceRequestError, match="no single node has all of them together"):
         check_requests([("x", ray_request({"num_cpus": 3, "resources": {"reasoner_node": 1}}))],
@@ -297,12 +303,22 @@ def test_impossible_service_fails_at_once_and_waits_report(ray_local, caplog, mo
         def info(self):
             return {"pid": 0, "node_id": "x"}
 
-    # a request that can be placed, but not now (the second replica waits for CPUs): the wait says so
+    # more replicas than the cluster can ever hold at once: an error now, not a wait that cannot end
+    with pytest.raises(ResourceRequestError, match=r"together .* CPU: 4, more than the whole cluster has \(CPU: 2\)"):
+        serving.start_replicas(Slow, "toomany", 2, (), {"num_cpus": 2}, 300.0, "demo service")
+    # a request that can be placed, but not now (another actor holds the CPUs): the wait says what it waits for
+    import ray
+
+    hog = ray.remote(Slow).options(num_cpus=2).remote()
+    ray.get(hog.info.remote())
     monkeypatch.setattr(serving, "PROGRESS_EVERY_S", 1.0)
-    with caplog.at_level(logging.WARNING, logger="envs.serving"), \
-            pytest.raises(RuntimeError, match="1 of 2 replicas did not start within 3 s"):
-        serving.start_replicas(Slow, "slowpoke", 2, (), {"num_cpus": 2}, 3.0, "demo service")
-    assert "demo service 'slowpoke': still waiting for 1 of 2 (each replica asks for {CPU: 2}" in caplog.text
+    try:
+        with caplog.at_level(logging.WARNING, logger="envs.serving"), \
+                pytest.raises(RuntimeError, match="1 of 1 replicas did not start within 3 s"):
+            serving.start_replicas(Slow, "slowpoke", 1, (), {"num_cpus": 1}, 3.0, "demo service")
+    finally:
+        ray.kill(hog)
+    assert "demo service 'slowpoke': still waiting for 1 of 1 (each replica asks for {CPU: 1}" in caplog.text
 
 
 def test_train_cli_with_a_gpu_service_on_a_cpu_cluster_fails_at_once(tmp_path):

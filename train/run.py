@@ -106,13 +106,13 @@ def check_cluster(cfg: TrainConfig) -> None:
     reqs = []
     if cfg.num_env_runners > 0:
         reqs.append((f"num_env_runners / num_gpus_per_env_runner (each of {cfg.num_env_runners} EnvRunners)",
-                     ray_request({"num_cpus": 1, "num_gpus": cfg.num_gpus_per_env_runner})))
+                     ray_request({"num_cpus": 1, "num_gpus": cfg.num_gpus_per_env_runner}), cfg.num_env_runners))
     for key in ("reasoner_service", "retriever_service"):
         svc = getattr(cfg, key)
         if svc is not None:
             reqs.append((f"{key} (each of {svc.replicas} replicas)",
                          ray_request({"num_cpus": svc.num_cpus, "num_gpus": getattr(svc, "num_gpus", 0.0),
-                                      "resources": svc.resources})))
+                                      "resources": svc.resources}), svc.replicas))
     check_requests(reqs)
 
 
