@@ -148,7 +148,8 @@ def _record(c: Any, ep: Episode, job: RecordJob, own: float) -> StepRecord:
                       query=job.query, passage_ids=job.passage_ids, tokens_injected=job.injected,
                       ranked_ids=job.ranked_ids, label=label, error_kind=error_kind, chain_before=job.chain_before,
                       chain_object=chain_object, compression=job.compression, rerank=job.rerank,
-                      evidence_truncated=job.truncated,
+                      # (a reasoner service bounds the evidence next to the model: its step says how many it cut)
+                      evidence_truncated=job.truncated or int((step.meta or {}).get("evidence_truncated", 0)),
                       final=step.is_answer or bool(getattr(after, "done", False)))
 
 

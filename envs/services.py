@@ -67,8 +67,14 @@ __all__ = ["ReasonerReplica", "ReasonerServiceConfig", "RetrieverServer", "Retri
 
 
 # ---------------------------------------------------------------------------------------------- the replica
-def _apply(reasoner, key: str | None, snap: dict | None, ops: tuple, live: OrderedDict) -> Any:
-    """The live state a request names: its key's live state, else rebuilt from its snapshot; then its ops."""
+def _apply(reasoner, key: str | None, snap: dict | None, ops: tuple, live: OrderedDict, cuts: list | None = None
+           ) -> Any:
+    """The live state a request names: its key's live state, else rebuilt from its snapshot; then its ops. Evidence
+    is bounded by the backend's context window here, next to the model (the env's client cannot count its tokens):
+    a cut is logged and the passages cut are appended to ``cuts`` (the generated step's
+    ``meta["evidence_truncated"]``, which the env counts in ``info``)."""
+    from agents.reasoners.base import fit_evidence
+
     state = live.get(key) if key is not None else None
     if state is None and snap is not None:
         state = reasoner.restore(snap)
@@ -76,7 +82,13 @@ def _apply(reasoner, key: str | None, snap: dict | None, ops: tuple, live: Order
         if op[0] == "start":
             state = reasoner.start(op[1], list(op[2]) or None)
         elif op[0] == "evidence":
-            state = reasoner.with_evidence(state, list(op[1]), op[2])
+            evidence, note = fit_evidence(reasoner, state, (), list(op[1]))
+            if note:
+                log.warning("reasoner service: evidence cut to fit the context window of %d tokens: %d passage(s) "
+                            "truncated, %d token(s) dropped", note["window"], note["truncated"], note["tokens_dropped"])
+                if cuts is not None:
+                    cuts.append(note["truncated"])
+            state = reasoner.with_evidence(state, evidence, op[2])
         elif op[0] == "answer":
             state = reasoner.with_answer_prompt(state)
         else:
@@ -198,12 +210,15 @@ class ReasonerReplica:
         with self.lock:
             for key, _, _ in flat:
                 self.stats["live_hits" if key in self.live else "restored"] += 1
-            states = [_apply(r, key, snap, tuple(ops), self.live) for key, snap, ops in flat]
+            cuts: list[list[int]] = [[] for _ in flat]
+            states = [_apply(r, key, snap, tuple(ops), self.live, c) for (key, snap, ops), c in zip(flat, cuts)]
         t0 = time.perf_counter()
         outs = r.next_step(states)
         dt = time.perf_counter() - t0
         res = []
-        for (_, _, ops), before, (step, after) in zip(flat, states, outs):
+        for (_, _, ops), before, (step, after), cut in zip(flat, states, outs, cuts):
+            if cut:
+                step.meta["evidence_truncated"] = sum(cut)
             if self.features is not None:
                 self._attach_features(step, before)
             res.append((step, r.snapshot(after), uuid.uuid4().hex, bool(getattr(after, "done", False)),

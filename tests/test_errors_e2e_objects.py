@@ -321,6 +321,34 @@ def test_impossible_service_fails_at_once_and_waits_report(ray_local, caplog, mo
     assert "demo service 'slowpoke': still waiting for 1 of 1 (each replica asks for {CPU: 1}" in caplog.text
 
 
+def _long_passages(c, words: int = 20_000) -> None:
+    """The env's retriever returns every passage with ``words`` more words (a huge document)."""
+    search = c.retriever.search
+    c.retriever.search = lambda queries, k=10: [[type(p)(**{**p.__dict__, "text": p.text + " filler" * words})
+                                                 for p in h] for h in search(queries, k)]
+
+
+def test_a_served_reasoner_bounds_the_evidence_next_to_the_model(ray_local):
+    from envs.env_config import EnvConfig
+    from envs.registration import make_env
+    from envs.served import ServedReasoner
+    from envs.services import start_service, stop_service
+
+    cfg = EnvConfig.from_dict({**ENV, "signals": ["output"]})
+    spec = start_service(cfg, {"max_wait_ms": 1.0})
+    try:
+        env = make_env(config=cfg.replace(reasoner_service=spec))
+        assert isinstance(env.c.reasoner, ServedReasoner)
+        _long_passages(env.c)
+        env.reset(options={"question_index": 0})
+        t0 = time.monotonic()
+        _, _, _, _, info = env.step(1)
+        assert time.monotonic() - t0 < 30 and info["evidence_truncated"] == 1
+        env.close()
+    finally:
+        stop_service(spec)
+
+
 def test_train_cli_with_a_gpu_service_on_a_cpu_cluster_fails_at_once(tmp_path):
     cfg = _yaml(tmp_path / "train.yaml", {"env": "microworld", "out_dir": str(tmp_path / "run"), "iterations": 1,
                                           "num_env_runners": 0, "env_config": {**ENV, "max_questions": 4},
