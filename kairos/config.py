@@ -118,6 +118,15 @@ class PipelineSpec(ConfigBase):
             if value and not Path(value).expanduser().exists():
                 raise FileNotFoundError(f"pipeline.{key}: {value} not found")
 
+    def check_loaded(self) -> None:
+        """A learned policy (``policy``, or what ``bench`` evaluated for ``method``) against the env it will run in,
+        on the driver, before any replica or server starts: the pipeline is built once and closed, so a policy whose
+        observation fields or query modes do not fit (:func:`policies.rl.compat.check_policy_env`), a damaged probe
+        or artifact, is one error line here — not a replica's traceback after the deployment started."""
+        if not self.bench and not (self.policy and (Path(self.policy).expanduser() / "spec.json").is_file()):
+            return  # a trigger reads no saved object of its own
+        self.build(batch_size=1).close()
+
     def resolved(self) -> PipelineSpec:
         """A copy whose local paths are absolute (a Ray worker may run in another directory)."""
         out = {}

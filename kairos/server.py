@@ -490,6 +490,8 @@ def run(args: Any) -> int:
     config = config.resolved()
     config.validate()
     check_port_free(config.host, config.port)
+    if config.replica_gpus == 0:  # (a GPU replica's model may not even load on this host: its replica checks it)
+        config.pipeline.check_loaded()  # saved objects against the env, before Ray and the replicas start
     init_ray(config)
     # our handlers replace the one ray.init installs (it exits with status 15): a SIGTERM or Ctrl-C from here on —
     # while the replicas still start too — ends the application and Ray cleanly, with status 0

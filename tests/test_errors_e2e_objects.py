@@ -102,6 +102,15 @@ def test_pipeline_and_answer_cli_check_the_policy_against_the_env(tmp_path, puls
         assert p.answer("Who is Buxgur 's mother ?").answer is not None
 
 
+def test_serve_checks_the_policy_on_the_driver_before_ray_starts(tmp_path, pulse02_policy):
+    policy, _ = pulse02_policy
+    env_yaml = _yaml(tmp_path / "env.yaml", {**ENV, "signals": ["output", "rsus"]})
+    t0 = time.monotonic()
+    r = _kairos("serve", "--policy", str(policy), "--env-config", str(env_yaml), "--num-cpus", "1", "--port", "8937")
+    _one_line_error(r, str(policy), "pulse (policy:", "env: none", "env.signals")
+    assert time.monotonic() - t0 < 60 and "ray" not in r.stderr.lower(), "Ray started before the check"
+
+
 def test_query_modes_and_weights_are_checked(tmp_path, pulse02_policy):
     import torch
 
