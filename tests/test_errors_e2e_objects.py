@@ -111,6 +111,20 @@ def test_serve_checks_the_policy_on_the_driver_before_ray_starts(tmp_path, pulse
     assert time.monotonic() - t0 < 60 and "ray" not in r.stderr.lower(), "Ray started before the check"
 
 
+def test_train_warm_start_from_a_policy_of_other_sizes_is_one_line(tmp_path, pulse02_policy):
+    policy, _ = pulse02_policy
+    cfg = _yaml(tmp_path / "train.yaml", {"env": "microworld", "out_dir": str(tmp_path / "run"), "iterations": 1,
+                                          "num_env_runners": 0, "env_config": {**ENV, "max_questions": 4},
+                                          "model": {"warm_start": str(policy), "arch": "mlp"}})
+    r = subprocess.run([sys.executable, "-m", "train", "--config", str(cfg)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    line = [ln for ln in r.stderr.splitlines() if "error:" in ln]
+    assert len(line) == 1 and str(policy) in line[0] and "model.warm_start" in line[0], r.stderr[-3000:]
+    assert "pulse (policy:" in line[0] and "env.pulse_layers to [0, 2]" in line[0], line[0]
+    assert not (tmp_path / "run" / "metrics.jsonl").exists() or not (tmp_path / "run" / "metrics.jsonl").read_text()
+
+
 def test_query_modes_and_weights_are_checked(tmp_path, pulse02_policy):
     import torch
 

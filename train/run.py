@@ -219,14 +219,25 @@ def learner_net(algo):
     return net.eval()
 
 
-def warm_start(algo, path: str) -> None:
-    """Load an exported policy into the learner's module and push the weights to the env runners."""
+def warm_start(algo, path: str, env_config: Any = None) -> None:
+    """Load an exported policy into the learner's module and push the weights to the env runners. The export must
+    read the run's observation fields at the run's sizes (:func:`policies.rl.compat.check_policy_env`: an error
+    naming the path, the fields and the fix, not a torch size-mismatch traceback); a field the run has and the
+    export lacks starts from scratch (logged)."""
     from ray.rllib.core import DEFAULT_MODULE_ID
 
-    from policies.rl.export import load_policy
+    from policies.rl.compat import check_policy_env
+    from policies.rl.export import LearnedTrigger, load_policy
 
-    src, _ = load_policy(path)
+    src, meta = load_policy(path)
     module = algo.learner_group._learner.module[DEFAULT_MODULE_ID]
+    t = LearnedTrigger(src, name=f"warm start {Path(path).name}")
+    t.path, t.env_config = str(path), meta.get("env_config")
+    check_policy_env(t, dict(module.net.spec.fields), env_config if env_config is not None else {},
+                     querygen=False, where="model.warm_start")
+    fresh = sorted(set(module.net.spec.fields) - set(src.spec.fields))
+    if fresh:
+        log.warning("warm start %s: it has no weights for the fields %s; they start from scratch", path, fresh)
     module.net.load_state_dict(src.state_dict(), strict=False)
     # wait for every runner to hold the weights: RLlib's default (timeout 0) does not wait, and a runner that samples
     # the first batch before the weights arrive trains on a random policy's episodes (seen under CPU contention:
@@ -360,7 +371,7 @@ def _restore_or_warm_start(algo, cfg: TrainConfig, out: Path, resume: bool, warm
         log.info("resumed from %s (iteration %d)", restored, algo.iteration)
         return restored
     if warm:
-        warm_start(algo, warm)
+        warm_start(algo, warm, cfg.env_config.to_dict() if hasattr(cfg.env_config, "to_dict") else None)
         if cfg.snapshot_every and not (out / "snapshots" / "iter_0000").exists():
             # the starting point is a candidate too: model selection on dev may keep it
             shutil.copytree(warm, out / "snapshots" / "iter_0000")
