@@ -12,7 +12,9 @@ One episode = one question; one env step = one decision about the step just gene
   and the one whose step has the lowest EigenScore is injected (``info["rerank"]``: each candidate's score).
 
 The episode terminates when an accepted step is the final ``Answer`` line, and is truncated after
-``max_steps`` accepted steps. Reward per decision is ``−Σ λ_c · cost_c``, plus the answer quality at the end.
+``max_steps`` accepted steps; a further ``step()`` is refused (:class:`ResetNeeded`) until ``reset()``, and so are
+``reset(options=…)`` with an unknown key or a ``question_index`` that is not a plain integer in range
+(:class:`EnvUsageError`). Evidence is cut to fit the reasoner's context window (logged; ``info["evidence_truncated"]``). Reward per decision is ``−Σ λ_c · cost_c``, plus the answer quality at the end.
 A chain that ends without a usable answer line (truncated, ended without one, ``Answer:`` with nothing after
 it) is asked for the answer once (``answer_closing``, the way IRCoT closes with "So the answer is": the reasoner
 continues after a written ``Answer:``); its tokens and seconds count in the last decision's cost, and the final
@@ -355,7 +357,8 @@ class RetrievalTimingEnv(gym.Env):
     def _info(self, costs: dict[str, float], capped: bool = False, quality: float | None = None,
               retrieved: dict[str, Any] | None = None, regenerated: str | None = None) -> dict[str, Any]:
         """``info``: the current step (text, signals, label), what the last action cost and retrieved (with
-        ``regenerated_step``: the step's text after the evidence), the episode's tokens and seconds so far; at the
+        ``regenerated_step``: the step's text after the evidence; ``evidence_truncated``: the passages of this
+        retrieval cut to fit the reasoner's context window, 0 when none), the episode's tokens and seconds so far; at the
         end the answer (``answer``: the last line, ``answer_content``: what is scored, ``None`` without a usable
         answer) and its ``quality`` — NaN for an ungraded task, whose ``metrics`` are empty."""
         retrieved = retrieved or {"query": None, "passage_ids": []}
