@@ -79,7 +79,7 @@ def check_requests(requests: list[tuple], nodes: list[dict[str, float]] | None =
         raise ResourceRequestError(f"{key} asks Ray for {_fmt(req)}, which no node can ever provide: {why}; the "
                                    f"cluster's nodes offer {_offers(nodes)}. Fix: {fix}")
     total: dict[str, float] = {}
-    for key, req, *n in requests:
+    for _key, req, *n in requests:
         for r, v in req.items():
             total[r] = total.get(r, 0.0) + v * (n[0] if n else 1)
     have = {r: sum(n.get(r, 0.0) for n in nodes) for r in total}

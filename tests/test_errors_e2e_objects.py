@@ -126,8 +126,6 @@ def test_train_warm_start_from_a_policy_of_other_sizes_is_one_line(tmp_path, pul
 
 
 def test_query_modes_and_weights_are_checked(tmp_path, pulse02_policy):
-    import torch
-
     from policies.rl.compat import PolicyMismatchError, check_policy_env
     from policies.rl.export import LearnedTrigger, export_policy, load_policy
     from policies.rl.net import PolicyNet, PolicySpec
@@ -149,7 +147,6 @@ def test_query_modes_and_weights_are_checked(tmp_path, pulse02_policy):
     (path / "weights.pt").write_bytes(b"not a torch file")
     with pytest.raises(ValueError, match="unreadable policy weights"):
         load_policy(path)
-    del torch
 
 
 def test_a_policy_on_another_model_with_fitting_fields_runs_with_a_warning(caplog, pulse02_policy):
@@ -315,8 +312,8 @@ def test_requests_checked_against_the_cluster_types():
 def test_impossible_service_fails_at_once_and_waits_report(ray_local, caplog, monkeypatch):
     from envs import serving
     from envs.env_config import EnvConfig
-    from envs.serving import ResourceRequestError
     from envs.services import start_service
+    from envs.serving import ResourceRequestError
 
     t0 = time.monotonic()
     with pytest.raises(ResourceRequestError, match=r"reasoner_service .*GPU: 1.*no GPU at all.*CPU: 2"):

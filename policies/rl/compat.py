@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import math
-from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -119,6 +118,3 @@ def _fix(trained: dict[str, Any] | None, env: dict[str, Any]) -> str:
                      f"the model to {_model(trained)!r} (here {_model(env)!r})" for k in keys)
     return f"Fix: retrain on this env, or set {sets} — the env it was trained in."
 
-
-def describe_path(path: str | Path | None) -> str:
-    return str(path) if path is not None else "(in memory)"
