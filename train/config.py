@@ -28,6 +28,39 @@ from train.warmstart import WarmStartOptions
 
 BASELINES = ("none", "mean", "value")
 
+#: TrainConfig keys (dotted) that may change when a run is resumed: its length, saving schedule and resources —
+#: nothing that changes what an iteration computes (every other key's change is refused, naming it)
+RESUME_FREE_KEYS = ("name", "out_dir", "iterations", "checkpoint_every", "keep_checkpoints", "eval_questions",
+                    "snapshot_every", "snapshot_from", "num_cpus", "num_env_runners", "num_envs_per_env_runner",
+                    "num_gpus_per_env_runner", "sweep", "cache_service", "reasoner_service", "retriever_service",
+                    "env_config.cache_path", "env_config.cache_service", "env_config.reasoner_service",
+                    "env_config.retriever_service")
+
+
+def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(d, dict) and d:
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: d}
+
+
+def resume_changes(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """``(key, old value, new value)`` of every dotted key whose value differs between a run's recorded config
+    (``config.json``) and the config it is resumed with, except :data:`RESUME_FREE_KEYS` (and the keys below
+    them). A key only one side has counts as changed (``<unset>`` on the other)."""
+    a, b = _flatten(old), _flatten(new)
+    free = tuple(RESUME_FREE_KEYS)
+    out = []
+    for k in sorted(set(a) | set(b)):
+        if any(k == f or k.startswith(f + ".") for f in free):
+            continue
+        va, vb = a.get(k, "<unset>"), b.get(k, "<unset>")
+        if va != vb:
+            out.append((k, va, vb))
+    return out
+
 #: ``TrainConfig.env_config`` when a config gives none (over the preset ``env`` names)
 DEFAULT_ENV_CONFIG: dict[str, Any] = {"split": "train", "max_questions": 256, "rsus_components": ["ent"],
                                       "cache_path": "runs/train/cache.sqlite"}

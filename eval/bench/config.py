@@ -87,25 +87,18 @@ def load_config(path: str, out: str | None = None, overrides: list[str] | None =
                 plugins: list[str] | None = None) -> BenchConfig:
     """A :class:`BenchConfig` from a YAML, with ``--set KEY=VALUE`` overrides (``env.answer_closing=false`` sets a
     key of the env mapping), ``--out`` and more ``plugins`` (a suite's)."""
-    import yaml
+    from envs.core.config import apply_sets, sets_error
 
     raw = read_yaml_mapping(path)
     if plugins:
         raw["plugins"] = list(dict.fromkeys([*plugins, *(raw.get("plugins") or [])]))
-    for kv in overrides or []:
-        if "=" not in kv:
-            raise ConfigError(f"--set expects KEY=VALUE, got {kv!r}")
-        k, v = kv.split("=", 1)
-        *parents, leaf = k.split(".")
-        node = raw
-        for part in parents:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"--set {k}: '{part}' is not a mapping in {path}")
-        node[leaf] = yaml.safe_load(v) if k not in ("dev", "test") else v
+    given = apply_sets(raw, overrides or [], str(path), verbatim=("dev", "test"))
     if out:
         raw["out_dir"] = out
-    return BenchConfig.from_dict(raw, where=str(path))
+    try:
+        return BenchConfig.from_dict(raw, where=str(path))
+    except ConfigError as e:  # a bad value the user set on the command line: name the --set
+        raise sets_error(e, given) from None
 
 
 #: the keys every method had (with these defaults) before each kind got its own class: a ``config.json`` written
