@@ -43,7 +43,9 @@ class FolderBusyError(ValueError):
 
 
 def _command() -> str:
-    argv = [Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python", *sys.argv[1:]]
+    argv = list(getattr(sys, "orig_argv", None) or sys.argv)  # `python -m train …` as typed, not __main__.py
+    if argv:
+        argv[0] = Path(argv[0]).name or "python"
     text = " ".join(argv)
     return text if len(text) <= 200 else text[:197] + "..."
 
