@@ -22,6 +22,9 @@ class OutputError(OSError, ValueError):
     handle OS errors still do, ``errno`` kept) and a :class:`ValueError` (every CLI prints it as its one error
     line)."""
 
+    def __str__(self) -> str:  # the one line, not OSError's "[Errno N] strerror: filename"
+        return str(self.args[0]) if self.args else ""
+
 
 #: errno -> what it means for a write, in words a user acts on
 _CAUSES = {
