@@ -192,7 +192,6 @@ def test_resume_refuses_a_changed_config_naming_the_keys_and_a_new_run_refuses_a
     assert json.loads((out / "metrics.jsonl").read_text().splitlines()[2])["quality"] != -1.0
 
 
-@pytest.mark.slow
 def test_resume_without_a_checkpoint_restarts_explicitly_and_drops_the_stale_rows(tmp_path):
     out = tmp_path / "run"
     cfg = _toy_yaml(tmp_path, out, checkpoint_every=20)
@@ -270,7 +269,6 @@ def test_two_benches_on_one_out_dir_the_second_refuses(tmp_path):
 
 
 # ======================================================================= class 4: OS errors as one line
-@pytest.mark.slow
 def test_train_checkpoint_on_a_full_disk_is_one_line_and_the_metrics_are_kept(tmp_path):
     out = tmp_path / "run"
     cfg = _toy_yaml(tmp_path, out, checkpoint_every=2, iterations=4)
@@ -280,7 +278,6 @@ def test_train_checkpoint_on_a_full_disk_is_one_line_and_the_metrics_are_kept(tm
     assert not list((out / "checkpoints").glob(".tmp-*"))  # the half-written save freed its space
 
 
-@pytest.mark.slow
 def test_train_metrics_on_a_forbidden_file_is_one_line(tmp_path):
     out = tmp_path / "run"
     r = _train(_toy_yaml(tmp_path, out), fault=("fsync", "EACCES", "metrics.jsonl"))

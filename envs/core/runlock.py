@@ -8,14 +8,15 @@ a volume) still exclude each other — the lock belongs to an open file, not to 
 refuses at once with a :class:`FolderBusyError` naming the holder. The file's content outlives a crash: the next
 run finds the holder it names gone, takes the lock over and logs a note saying so.
 
-Example:
+Example (another process trying the folder meanwhile gets ``FolderBusyError: <d> is in use by another run (pid …
+on host …, started …: demo); wait for it to finish, stop it, or use another output folder``):
     >>> import tempfile
     >>> d = tempfile.mkdtemp()
     >>> with FolderLock(d, "demo"):
-    ...     FolderLock(d, "second").acquire()
-    Traceback (most recent call last):
-    ...
-    envs.core.runlock.FolderBusyError: ...
+    ...     held(d)
+    True
+    >>> held(d)
+    False
 """
 
 from __future__ import annotations
