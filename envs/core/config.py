@@ -40,12 +40,33 @@ class ConfigError(ValueError):
     """A config file or dict does not match its dataclass (unknown key, wrong type, bad value)."""
 
 
-def helpf(default: Any = dataclasses.MISSING, help: str = "", **kw: Any) -> Any:
-    """A dataclass ``field`` with help text; mutable defaults are wrapped in a factory automatically."""
+def helpf(default: Any = dataclasses.MISSING, help: str = "", ge: float | None = None, gt: float | None = None,
+          **kw: Any) -> Any:
+    """A dataclass ``field`` with help text; mutable defaults are wrapped in a factory automatically. ``ge`` / ``gt``:
+    the number (or every number of a list) must be ``>=`` / ``>`` it — checked on load, the error naming the key."""
+    meta: dict[str, Any] = {"help": help}
+    if ge is not None:
+        meta["ge"] = ge
+    if gt is not None:
+        meta["gt"] = gt
     if isinstance(default, (list, dict, set)):
         value = default
-        return dataclasses.field(default_factory=lambda: type(value)(value), metadata={"help": help}, **kw)
-    return dataclasses.field(default=default, metadata={"help": help}, **kw)
+        return dataclasses.field(default_factory=lambda: type(value)(value), metadata=meta, **kw)
+    return dataclasses.field(default=default, metadata=meta, **kw)
+
+
+def check_bounds(name: str, value: Any, meta: Any, where: str) -> None:
+    """A field's ``ge`` / ``gt`` bounds (:func:`helpf`) on its value (each number of a list; ``None`` passes)."""
+    ge, gt = meta.get("ge"), meta.get("gt")
+    if ge is None and gt is None:
+        return
+    for v in value if isinstance(value, (list, tuple)) else [value]:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue
+        if ge is not None and not v >= ge:
+            raise ConfigError(f"{where}: key '{name}' must be >= {ge}, got {v}")
+        if gt is not None and not v > gt:
+            raise ConfigError(f"{where}: key '{name}' must be > {gt}, got {v}")
 
 
 def _coerce(name: str, tp: Any, value: Any, where: str) -> Any:
@@ -196,6 +217,8 @@ class ConfigBase:
         if missing:
             raise ConfigError(f"{where}: missing config key '{missing[0]}'")
         kwargs = {k: _coerce(k, hints[k], v, where) for k, v in data.items()}
+        for k, v in kwargs.items():  # declared bounds (helpf(ge=…, gt=…)) before anything uses the value
+            check_bounds(k, v, fields[k].metadata, where)
         try:
             obj = cls(**kwargs)
         except TypeError as e:
@@ -304,12 +327,14 @@ def apply_sets(raw: dict[str, Any], sets: list[str] | tuple[str, ...], where: st
 def sets_error(e: ConfigError, given: dict[str, str], flag: str = "--set") -> ConfigError:
     """A config error annotated with the ``--set`` that caused it (the key path it names ends with one the user
     set): the key the user wrote is in the message."""
+    import re
+
     msg = str(e)
     for key, kv in sorted(given.items(), key=lambda kv: -len(kv[0])):
         parts = key.split(".")
         for i in range(len(parts)):
-            tail = ".".join(parts[i:])
-            if f"'{tail}'" in msg or f".{tail} " in msg or f"{tail} must" in msg:
+            tail = re.escape(".".join(parts[i:]))
+            if re.search(rf"(?<![\w.]){tail}(?![\w])", msg) or re.search(rf"'{tail}\.", msg):
                 return ConfigError(f"{flag} {kv}: {msg}")
     return e
 

@@ -27,14 +27,14 @@ class BenchConfig(ConfigBase):
                                    "the env carries them (env.plugins); a method kind of eval.bench.methods.METHOD_KINDS too")
     dev: str = helpf("0:100", "calibration questions: a 'start:stop' slice of the split")
     test: str = helpf("100:400", "evaluation questions: a 'start:stop' slice, disjoint from dev")
-    lambda_retrieval: float = helpf(0.1, "λ of retrieval calls in the reward used to calibrate and report")
+    lambda_retrieval: float = helpf(0.1, "λ of retrieval calls in the reward used to calibrate and report", ge=0)
     reference: str = helpf("CoT", "the method every other is compared with (paired tests)")
     methods: list[MethodSpec] = field(default_factory=list, metadata={"help": (
         "the methods to run; each mapping's 'kind' picks its spec class (eval.bench.methods.METHOD_KINDS)")})
     test_curves: bool = helpf(True, "sweep each threshold trigger's grid on test too (the plot's curves)")
     group_by: list[str] = helpf([], "question attributes to break results down by (e.g. hops)")
-    batch_size: int = helpf(16, "questions in flight per batched generation call")
-    n_resamples: int = helpf(10_000, "bootstrap resamples (fixed seed)")
+    batch_size: int = helpf(16, "questions in flight per batched generation call", ge=1)
+    n_resamples: int = helpf(10_000, "bootstrap resamples (fixed seed)", ge=1)
     seed: int = helpf(0, "seed of the statistics (and base seed of Random)")
     skip_missing_policies: bool = helpf(False, "a learned method whose exported policy is missing is skipped (and "
                                                "listed with the reason) instead of stopping the benchmark")
