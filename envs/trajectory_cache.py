@@ -58,6 +58,10 @@ def sqlite_failure(e: BaseException, path: Path | None) -> str:
     name = str(getattr(e, "sqlite_errorname", "") or "")
     msg = str(e).lower()
     code = getattr(e, "errno", None)
+    if path is not None and Path(path).is_dir():
+        return "folder"
+    if code in (_errno.ENOENT, _errno.ENOTDIR, _errno.EEXIST, _errno.EISDIR):
+        return "path"
     if code in (_errno.ENOSPC, _errno.EDQUOT) or name.startswith("SQLITE_FULL") or "disk is full" in msg:
         return "full"
     if code in (_errno.EROFS, _errno.EACCES, _errno.EPERM) or name.startswith(
@@ -83,7 +87,13 @@ def cache_error(path: Path | None, what: str, e: BaseException) -> TrajectoryCac
     worth deleting; a full disk, a read-only or locked file leaves every committed record intact."""
     kind = sqlite_failure(e, path)
     where = f"trajectory cache {path}: cannot {what}"
+    if kind == "path":
+        from envs.core.io import describe_os_error
+
+        return _kind(TrajectoryCacheError(f"{where}: {describe_os_error(e)}; point cache_path at a file in a "
+                                          "writable folder"), kind)
     fix = {
+        "folder": "it is a folder, not a file — point cache_path at a file (e.g. <folder>/cache.sqlite)",
         "full": "the disk is full (no space left on the device); every record written before is intact — free some "
                 "space and rerun (keep the cache: it is not damaged)",
         "readonly": "the file or its folder is read-only or not writable (permission, read-only file system); the "
@@ -96,7 +106,10 @@ def cache_error(path: Path | None, what: str, e: BaseException) -> TrajectoryCac
                    "or restore it from a copy",
         "other": "rerun; if it persists, check the file and its folder",
     }[kind]
-    err = TrajectoryCacheError(f"{where} ({e}); {fix}")
+    return _kind(TrajectoryCacheError(f"{where} ({e}); {fix}"), kind)
+
+
+def _kind(err: TrajectoryCacheError, kind: str) -> TrajectoryCacheError:
     err.kind = kind
     return err
 

@@ -84,7 +84,10 @@ def _run(args, out: Path) -> int:
     if args.iterations is not None:
         tcfg = tcfg.replace(iterations=args.iterations)
     overrides = [f"test={args.test}"] if args.test else []
-    bcfg = load_config(args.bench_config, out=str(out / "bench"), overrides=overrides)
+    try:
+        bcfg = load_config(args.bench_config, out=str(out / "bench"), overrides=overrides)
+    except ValueError as e:  # the flag the user wrote is --test
+        raise type(e)(str(e).replace(f"--set test={args.test}", f"--test {args.test}")) from None
 
     world = load_artifact(None)
     log.info("[1/3] micro-world %s: competence and throughput", world.path)

@@ -36,6 +36,8 @@ _CAUSES = {
     errno.ENOTDIR: "a path component is a file, not a folder",
     errno.EISDIR: "it is a folder, not a file",
     errno.EIO: "input/output error (a failing disk or a lost network mount)",
+    errno.EEXIST: "a file of that name is in the way (a folder is needed there)",
+    errno.ENOENT: "no such file or folder (a parent folder is missing and cannot be created there)",
 }
 
 
