@@ -289,6 +289,12 @@ def _train(cfg: TrainConfig, resume: bool, stop_after: int | None, show_progress
     try:
         restored = _restore_or_warm_start(algo, cfg, out, resume, warm)
         first = algo.iteration
+        if restored and first > cfg.iterations:
+            log.warning("resume: %s is at iteration %d already, past iterations = %d: nothing to train (the policy "
+                        "is exported from iteration %d; raise iterations to continue)", out, first, cfg.iterations,
+                        first)
+        elif restored and first == cfg.iterations:
+            log.info("resume: %s finished all %d iterations already: nothing to train", out, first)
         last = _iterate(algo, cfg, out, bool(restored), stop_after, show_progress, on_iteration)
         if not list_checkpoints(ckpt_dir) or int(list_checkpoints(ckpt_dir)[-1].name[len(CKPT_PREFIX):]) != algo.iteration:
             save_checkpoint(algo, ckpt_dir, cfg.keep_checkpoints)
