@@ -328,6 +328,22 @@ def test_trajectory_cache_damaged_file_still_says_damaged(tmp_path):
     _one_line_error(r, f"trajectory cache {cache} is not a usable SQLite file", "delete it")
 
 
+def test_trajectory_cache_path_that_is_a_folder_is_named_as_such(tmp_path):
+    (tmp_path / "c.sqlite").mkdir()
+    r = _bench(_tiny_bench(tmp_path, tmp_path / "b", cache=tmp_path / "c.sqlite"))
+    _one_line_error(r, f"trajectory cache {tmp_path / 'c.sqlite'}", "it is a folder, not a file")
+
+
+def test_a_sweep_refuses_a_folder_another_run_holds(tmp_path):
+    from envs.core.runlock import FolderLock
+
+    out = tmp_path / "run"
+    cfg = _toy_yaml(tmp_path, out)
+    with FolderLock(out, "python -m train --config other.yaml"):
+        r = _train(cfg, "--sweep")
+    _one_line_error(r, f"{out} is in use by another run", "python -m train --config other.yaml")
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes through chmod; the injected EROFS/EACCES tests cover it")
 def test_bench_into_a_chmod_read_only_folder_is_one_line(tmp_path):
     parent = tmp_path / "ro"
@@ -351,6 +367,10 @@ def test_bench_into_a_chmod_read_only_folder_is_one_line(tmp_path):
     ("env.signals.x=1", ["--set env.signals.x=1: 'env.signals' is not a mapping"]),
     ("lambda_retrieval", ["--set expects KEY=VALUE"]),
     ("n_resamples=1e400", ["--set n_resamples=1e400", "n_resamples"]),
+    ("batch_size=0", ["--set batch_size=0", "key 'batch_size' must be >= 1"]),  # ran silently before
+    ("n_resamples=0", ["--set n_resamples=0", "key 'n_resamples' must be >= 1"]),  # failed after the whole run
+    ("lambda_retrieval=-1", ["--set lambda_retrieval=-1", "key 'lambda_retrieval' must be >= 0"]),
+    ("env.top_k=0", ["--set env.top_k=0", "top_k"]),
 ])
 def test_bench_set_overrides_are_checked_on_the_driver_naming_the_key(tmp_path, setting, needles):
     out = tmp_path / "b"

@@ -60,6 +60,7 @@ def check_bounds(name: str, value: Any, meta: Any, where: str) -> None:
     ge, gt = meta.get("ge"), meta.get("gt")
     if ge is None and gt is None:
         return
+    check_finite(name, value, where)  # a bounded number is a finite one (nan compares false to every bound)
     for v in value if isinstance(value, (list, tuple)) else [value]:
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             continue
