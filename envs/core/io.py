@@ -48,8 +48,14 @@ def describe_os_error(e: BaseException, path: str | Path | None = None, what: st
     if isinstance(e, OutputError):
         return str(e)
     code = getattr(e, "errno", None)
+    if code is None:  # a library's OSError (pyarrow's) may carry the errno in its text only
+        import re
+
+        m = re.search(r"\[Errno (\d+)\]|errno[ =:]+(\d+)", str(e))
+        code = int(m.group(1) or m.group(2)) if m else None
     if code is None:
-        return str(e) or type(e).__name__
+        text = str(e) or type(e).__name__
+        return f"cannot {what} {path}: {text}" if what and path is not None else text
     name = getattr(e, "filename", None) or path
     cause = _CAUSES.get(code) or getattr(e, "strerror", None) or str(e)
     if name is None:
