@@ -328,6 +328,10 @@ class EnvConfig(ConfigBase):
         for key, names_ in (("costs", self.costs), ("cost_params", self.cost_params)):
             for name in names_:  # checked here, on the driver (a plug-in's cost once its module is imported)
                 COSTS.check(name, f"{where}.{key}", ConfigError)
+        for name, w in self.costs.items():  # finite on load (ConfigBase); a weight is a price: never negative
+            if w < 0:
+                raise ConfigError(f"{where}: key 'costs.{name}' must be a finite number >= 0 (a cost weight λ), "
+                                  f"got {w}")
         missing = sorted(set(self.cost_params) - set(self.costs))
         if missing:
             raise ConfigError(f"{where}.cost_params: params given for '{missing[0]}', which has no weight in costs "

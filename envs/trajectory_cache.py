@@ -41,20 +41,93 @@ def namespace_of(*parts: Any) -> str:
 
 
 class TrajectoryCacheError(ValueError):
-    """The cache file cannot be read or written (not SQLite, corrupted, a record that does not decode)."""
+    """The cache file cannot be read or written (not SQLite, corrupted, a record that does not decode — or the disk
+    is full, the file read-only, locked: then ``kind`` says so and the message never advises deleting it)."""
+
+    kind: str = "damaged"
+
+
+def sqlite_failure(e: BaseException, path: Path | None) -> str:
+    """What a SQLite (or OS) error on the file at ``path`` means: ``full`` (no space: SQLITE_FULL, ENOSPC, or an
+    I/O error with the disk out of space), ``readonly`` (a read-only file or file system, no permission, a folder
+    that cannot be opened), ``busy`` (locked by another process), ``io`` (another I/O error), ``damaged`` (not a
+    SQLite file or a corrupted one: SQLITE_CORRUPT / SQLITE_NOTADB) or ``other``."""
+    import errno as _errno
+    import shutil
+
+    name = str(getattr(e, "sqlite_errorname", "") or "")
+    msg = str(e).lower()
+    code = getattr(e, "errno", None)
+    if path is not None and Path(path).is_dir():
+        return "folder"
+    if code in (_errno.ENOENT, _errno.ENOTDIR, _errno.EEXIST, _errno.EISDIR):
+        return "path"
+    if code in (_errno.ENOSPC, _errno.EDQUOT) or name.startswith("SQLITE_FULL") or "disk is full" in msg:
+        return "full"
+    if code in (_errno.EROFS, _errno.EACCES, _errno.EPERM) or name.startswith(
+            ("SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_PERM", "SQLITE_AUTH")) or "readonly" in msg \
+            or "unable to open" in msg:
+        return "readonly"
+    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "is locked" in msg:
+        return "busy"
+    if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or "malformed" in msg or "not a database" in msg:
+        return "damaged"
+    if name.startswith("SQLITE_IOERR") or "i/o error" in msg or isinstance(e, OSError):
+        try:  # a write that failed for want of space often surfaces as an I/O error
+            if path is not None and shutil.disk_usage(Path(path).parent).free < (1 << 20):
+                return "full"
+        except OSError:
+            pass
+        return "io"
+    return "other"
+
+
+def cache_error(path: Path | None, what: str, e: BaseException) -> TrajectoryCacheError:
+    """The one-line error of a failed cache operation: the cause, and the fix that fits it — only a damaged file is
+    worth deleting; a full disk, a read-only or locked file leaves every committed record intact."""
+    kind = sqlite_failure(e, path)
+    where = f"trajectory cache {path}: cannot {what}"
+    if kind == "path":
+        from envs.core.io import describe_os_error
+
+        return _kind(TrajectoryCacheError(f"{where}: {describe_os_error(e)}; point cache_path at a file in a "
+                                          "writable folder"), kind)
+    fix = {
+        "folder": "it is a folder, not a file — point cache_path at a file (e.g. <folder>/cache.sqlite)",
+        "full": "the disk is full (no space left on the device); every record written before is intact — free some "
+                "space and rerun (keep the cache: it is not damaged)",
+        "readonly": "the file or its folder is read-only or not writable (permission, read-only file system); the "
+                    "cache is intact — make it writable or point cache_path at a writable folder",
+        "busy": "the file is locked by another process (a network file system without locks, or a stuck writer); "
+                "the cache is intact — stop that process, or use the cache service (cache_service: true)",
+        "io": "an input/output error (a failing disk or a lost network mount); the committed records are unchanged — "
+              "check the disk and rerun",
+        "damaged": "the file is damaged (not a SQLite database, or corrupted) — delete it (records are regenerated) "
+                   "or restore it from a copy",
+        "other": "rerun; if it persists, check the file and its folder",
+    }[kind]
+    return _kind(TrajectoryCacheError(f"{where} ({e}); {fix}"), kind)
+
+
+def _kind(err: TrajectoryCacheError, kind: str) -> TrajectoryCacheError:
+    err.kind = kind
+    return err
 
 
 def open_store(path: Path) -> sqlite3.Connection:
     """The SQLite store of a trajectory cache (WAL, autocommit, the ``steps`` table), or a
-    :class:`TrajectoryCacheError` naming the file when it is not a usable SQLite file."""
+    :class:`TrajectoryCacheError` naming the file and the cause (damaged, full disk, read-only …)."""
     try:
         db = sqlite3.connect(str(path), timeout=30, check_same_thread=False, isolation_level=None)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("CREATE TABLE IF NOT EXISTS steps (key TEXT PRIMARY KEY, value BLOB NOT NULL)")
     except sqlite3.DatabaseError as e:
-        raise TrajectoryCacheError(f"trajectory cache {path} is not a usable SQLite file ({e}); delete it "
-                                   "to start a fresh cache") from e
+        err = cache_error(path, "open it", e)
+        if err.kind == "damaged":
+            err = TrajectoryCacheError(f"trajectory cache {path} is not a usable SQLite file ({e}); delete it "
+                                       "to start a fresh cache")
+        raise err from e
     return db
 
 
@@ -76,7 +149,10 @@ class TrajectoryCache:
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
         if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise cache_error(self.path, "create its folder", e) from e
             self._connect()
 
     def _connect(self) -> None:
@@ -142,8 +218,7 @@ class TrajectoryCache:
             self.put(q, p, v)
 
     def _error(self, what: str, e: Exception) -> TrajectoryCacheError:
-        return TrajectoryCacheError(f"trajectory cache {self.path}: cannot {what} ({e}); the file is damaged — delete "
-                                    "it (records are regenerated) or restore it from a copy")
+        return cache_error(self.path, what, e)
 
     def _remember(self, k: str, value: Any) -> None:
         self.lru[k] = value

@@ -37,3 +37,22 @@ def register(subparsers: Any) -> None:
             bsub.add_parser(name, help=f"(unavailable: {e})")
             continue
         reg(bsub)
+        sp = bsub.choices.get(name)
+        if sp is not None and callable(sp.get_default("func")):
+            sp.set_defaults(func=_locked(sp.get_default("func")))
+
+
+def _locked(func: Any) -> Any:
+    """A benchmark's command holding the lock of its output folder (``--out``, when it names a folder rather than a
+    ``.json`` file): a second benchmark into the same folder refuses at once, naming this one
+    (:class:`envs.core.runlock.FolderLock`; ``kairos bench policies`` also locks a config's ``out_dir``)."""
+    def run(args: Any) -> Any:
+        out = getattr(args, "out", None)
+        if not out or str(out).endswith((".json", ".jsonl")):
+            return func(args)
+        from envs.core.runlock import FolderLock
+
+        with FolderLock(out):
+            return func(args)
+
+    return run

@@ -72,7 +72,15 @@ log = logging.getLogger(__name__)
 
 
 def run_bench(cfg: BenchConfig, components=None) -> dict[str, Any]:
-    """Calibrate on dev, evaluate on test, compute statistics and write the report. Returns the summary."""
+    """Calibrate on dev, evaluate on test, compute statistics and write the report. Returns the summary. Holds
+    ``cfg.out_dir``'s lock (:class:`envs.core.runlock.FolderLock`): a second benchmark on the folder refuses."""
+    from envs.core.runlock import FolderLock
+
+    with FolderLock(cfg.out_dir):
+        return _run_bench(cfg, components)
+
+
+def _run_bench(cfg: BenchConfig, components=None) -> dict[str, Any]:
     from envs.components import scalar_signals
     from envs.core.io import write_json
     from eval.bench_report import write_report

@@ -319,10 +319,14 @@ def write_report(summary: Mapping[str, Any], out_dir: str | Path) -> dict[str, P
         >>> sorted(p.name for p in paths.values())  # doctest: +SKIP
         ['accuracy.png', 'pareto.png', 'report.html', 'report.md', 'summary.json']
     """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {"pareto": plot_pareto(summary, out / "pareto.png"),
-             "accuracy": plot_accuracy_ci(summary, out / "accuracy.png")}
+    from envs.core.io import make_dir, writing
+
+    out = make_dir(out_dir)
+    with writing(out / "pareto.png"):
+        pareto = plot_pareto(summary, out / "pareto.png")
+    with writing(out / "accuracy.png"):
+        accuracy = plot_accuracy_ci(summary, out / "accuracy.png")
+    paths = {"pareto": pareto, "accuracy": accuracy}
     md_path, html_path, json_path = out / "report.md", out / "report.html", out / "summary.json"
     _write_utf8(md_path, render_markdown(summary, {k: p.name for k, p in paths.items()}))
     _write_utf8(html_path, render_html(summary, paths))

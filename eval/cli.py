@@ -54,10 +54,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         rc = func(args)
-    except (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError,
-            PermissionError, KeyError) as e:  # user errors: one clear line, no traceback (-v shows it)
+    except (ValueError, FileNotFoundError, FileExistsError, KeyError) as e:  # user errors: one clear line, no traceback (-v shows it)
         logging.getLogger("kairos").debug("error", exc_info=True)
         print(f"kairos {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # a full disk, a read-only or forbidden folder, wherever it surfaced: one line
+        from envs.core.io import describe_os_error
+
+        logging.getLogger("kairos").debug("error", exc_info=True)
+        print(f"kairos {args.command}: error: {describe_os_error(e)}", file=sys.stderr)
         return 2
     return int(rc or 0)
 

@@ -18,6 +18,28 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 TRAIN_CONFIG = "configs/train_microworld_querygen_2modes.yaml"  # the main job's recipe
+MARKER = ".kairos-quickstart"  # in every --out folder quickstart created (or found empty): it may write there
+
+
+def claim_out(out: Path) -> None:
+    """Make ``out`` quickstart's own, or refuse: a new or empty folder is claimed (a marker file written — which
+    also proves the folder writable before any work); a folder quickstart claimed before is reused (its training
+    resumes); a non-empty folder without the marker holds someone else's files — an error naming a few of them,
+    never overwritten."""
+    import json
+
+    from envs.core.io import make_dir, write_text
+    from envs.core.runlock import LOCK_NAME
+
+    if not (out / MARKER).is_file():
+        theirs = sorted(p.name for p in out.iterdir() if p.name != LOCK_NAME) if out.is_dir() else []
+        if theirs:
+            shown = ", ".join(theirs[:5]) + (f" and {len(theirs) - 5} more" if len(theirs) > 5 else "")
+            raise FileExistsError(f"--out {out}: the folder holds files kairos quickstart did not write ({shown}); "
+                                  "choose a new or empty folder (quickstart writes report.md, timings.json, train/ "
+                                  "and bench/ there)")
+        make_dir(out)
+        write_text(out / MARKER, json.dumps({"created": time.time()}) + "\n")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,6 +56,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args) -> int:
     import torch
 
+    from envs.core.runlock import FolderLock
+
+    if args.n < 1:
+        raise ValueError(f"--n must be >= 1 (test questions of the competence evaluation), got {args.n}")
+    torch.set_num_threads(1)
+    out = Path(args.out)
+    with FolderLock(out, "kairos quickstart"):  # one quickstart per folder
+        claim_out(out)
+        return _run(args, out)
+
+
+def _run(args, out: Path) -> int:
     from envs.core.io import write_json, write_text
     from envs.core.microworld.artifact import load_artifact
     from eval.bench_policies import load_config, run_bench
@@ -42,10 +76,18 @@ def run(args) -> int:
     from train.report import plot_curves
     from train.run import train
 
-    torch.set_num_threads(1)
-    out = Path(args.out)
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
+    # every config checked before any work (a bad value fails now, not after the world check and the training)
+    tcfg = TrainConfig.from_yaml(args.train_config)
+    tcfg.out_dir = str(out / "train")
+    if args.iterations is not None:
+        tcfg = tcfg.replace(iterations=args.iterations)
+    overrides = [f"test={args.test}"] if args.test else []
+    try:
+        bcfg = load_config(args.bench_config, out=str(out / "bench"), overrides=overrides)
+    except ValueError as e:  # the flag the user wrote is --test
+        raise type(e)(str(e).replace(f"--set test={args.test}", f"--test {args.test}")) from None
 
     world = load_artifact(None)
     log.info("[1/3] micro-world %s: competence and throughput", world.path)
@@ -54,18 +96,12 @@ def run(args) -> int:
     timings["world_eval_s"] = time.perf_counter() - t0
 
     log.info("[2/3] training a retrieval policy (%s)", args.train_config)
-    tcfg = TrainConfig.from_yaml(args.train_config)
-    tcfg.out_dir = str(out / "train")
-    if args.iterations:
-        tcfg.iterations = args.iterations
     t1 = time.perf_counter()
     tsum = train(tcfg, resume=True, show_progress=False)
     plot_curves(out / "train" / "metrics.jsonl", out / "train" / "curves.png")
     timings["train_s"] = time.perf_counter() - t1
 
     log.info("[3/3] benchmark against calibrated fixed triggers (%s)", args.bench_config)
-    overrides = [f"test={args.test}"] if args.test else []
-    bcfg = load_config(args.bench_config, out=str(out / "bench"), overrides=overrides)
     lam = tcfg.curriculum["retrieval_calls"].end if "retrieval_calls" in tcfg.curriculum else None
     config_out = Path(TrainConfig.from_yaml(args.train_config).out_dir)
     for m in bcfg.methods:  # the benchmark's learned methods point into the run this job just trained

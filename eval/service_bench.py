@@ -114,18 +114,16 @@ class _Runner:
 def train_env_config(args):
     """The training config's env (its EnvConfig, the preset applied on load) with the ``--set`` overrides and an
     in-memory cache."""
-    import yaml
-
+    from envs.core.config import ConfigError, apply_sets, sets_error
     from train.config import TrainConfig
 
     tc = TrainConfig.from_yaml(args.train_config)
-    over = {}
-    for kv in args.set:
-        k, sep, v = kv.partition("=")
-        if not sep:
-            raise ValueError(f"--set {kv!r}: expected KEY=VALUE")
-        over[k] = yaml.safe_load(v)
-    return tc.kairos_env.with_overrides({**over, "cache_path": None}, where=f"{args.train_config} (env_config)")
+    over: dict = {}
+    given = apply_sets(over, args.set, f"{args.train_config} (env_config)")
+    try:
+        return tc.kairos_env.with_overrides({**over, "cache_path": None}, where=f"{args.train_config} (env_config)")
+    except ConfigError as e:
+        raise sets_error(e, given) from None
 
 
 def run_config(env_config, runners: int, n_envs: int, episodes: int, shared: bool,

@@ -107,3 +107,9 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("train").debug("error", exc_info=True)
         print(f"python -m train: error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # a full disk, a read-only or forbidden folder, wherever it surfaced: one line
+        from envs.core.io import describe_os_error
+
+        logging.getLogger("train").debug("error", exc_info=True)
+        print(f"python -m train: error: {describe_os_error(e)}", file=sys.stderr)
+        return 2

@@ -28,6 +28,39 @@ from train.warmstart import WarmStartOptions
 
 BASELINES = ("none", "mean", "value")
 
+#: TrainConfig keys (dotted) that may change when a run is resumed: its length, saving schedule and resources —
+#: nothing that changes what an iteration computes (every other key's change is refused, naming it)
+RESUME_FREE_KEYS = ("name", "out_dir", "iterations", "checkpoint_every", "keep_checkpoints", "eval_questions",
+                    "snapshot_every", "snapshot_from", "num_cpus", "num_env_runners", "num_envs_per_env_runner",
+                    "num_gpus_per_env_runner", "sweep", "cache_service", "reasoner_service", "retriever_service",
+                    "env_config.cache_path", "env_config.cache_service", "env_config.reasoner_service",
+                    "env_config.retriever_service")
+
+
+def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(d, dict) and d:
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: d}
+
+
+def resume_changes(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """``(key, old value, new value)`` of every dotted key whose value differs between a run's recorded config
+    (``config.json``) and the config it is resumed with, except :data:`RESUME_FREE_KEYS` (and the keys below
+    them). A key only one side has counts as changed (``<unset>`` on the other)."""
+    a, b = _flatten(old), _flatten(new)
+    free = tuple(RESUME_FREE_KEYS)
+    out = []
+    for k in sorted(set(a) | set(b)):
+        if any(k == f or k.startswith(f + ".") for f in free):
+            continue
+        va, vb = a.get(k, "<unset>"), b.get(k, "<unset>")
+        if va != vb:
+            out.append((k, va, vb))
+    return out
+
 #: ``TrainConfig.env_config`` when a config gives none (over the preset ``env`` names)
 DEFAULT_ENV_CONFIG: dict[str, Any] = {"split": "train", "max_questions": 256, "rsus_components": ["ent"],
                                       "cache_path": "runs/train/cache.sqlite"}
@@ -57,10 +90,10 @@ class AlgoOptions(ConfigBase):
     lr: float = helpf(3e-3, "Adam learning rate")
     baseline: str = helpf("value", "baseline subtracted from the returns-to-go: none | mean | value")
     normalize_advantages: bool = helpf(True, "divide advantages by their batch std (centering is the baseline's job)")
-    entropy_coeff: float = helpf(0.01, "entropy bonus weight")
-    vf_loss_coeff: float = helpf(0.5, "weight of the value-head MSE (baseline=value)")
-    floor_coeff: float = helpf(1.0, "weight of the barrier keeping π(retrieve) >= model.explore_floor")
-    grad_clip: float | None = helpf(1.0, "global gradient-norm clip (null: off)")
+    entropy_coeff: float = helpf(0.01, "entropy bonus weight", ge=0)
+    vf_loss_coeff: float = helpf(0.5, "weight of the value-head MSE (baseline=value)", ge=0)
+    floor_coeff: float = helpf(1.0, "weight of the barrier keeping π(retrieve) >= model.explore_floor", ge=0)
+    grad_clip: float | None = helpf(1.0, "global gradient-norm clip (null: off)", gt=0)
     episodes_per_batch: int = helpf(64, "complete episodes per training iteration")
 
     def validate(self) -> None:
@@ -75,10 +108,10 @@ class ModelOptions(ConfigBase):
     """The policy RLModule (:mod:`policies.rl`)."""
 
     arch: str = helpf("transformer", "encoder over field tokens: transformer | mlp")
-    d_model: int = helpf(32, "token width")
-    n_layers: int = helpf(1, "transformer layers")
-    n_heads: int = helpf(2, "attention heads")
-    ff_dim: int = helpf(64, "feed-forward width")
+    d_model: int = helpf(32, "token width", ge=1)
+    n_layers: int = helpf(1, "transformer layers", ge=1)
+    n_heads: int = helpf(2, "attention heads", ge=1)
+    ff_dim: int = helpf(64, "feed-forward width", ge=1)
     normalize: bool = helpf(True, "standardise each observation dimension with running statistics (learner-updated)")
     explore_floor: float = helpf(0.05, "anti-collapse: a loss barrier keeps π(retrieve) >= this on visited states")
     explore_mix: float = helpf(0.0, "optional ε-mix of the sampling policy with uniform (learner uses the raw one)")
@@ -97,6 +130,9 @@ class ModelOptions(ConfigBase):
             raise ConfigError(f"ModelOptions: explore_floor must be in [0, 0.5), got {self.explore_floor}")
         if self.content_dim < 0:
             raise ConfigError(f"ModelOptions: content_dim must be >= 0, got {self.content_dim}")
+        if self.arch == "transformer" and self.d_model % self.n_heads:
+            raise ConfigError(f"ModelOptions: d_model ({self.d_model}) must be a multiple of n_heads ({self.n_heads}) "
+                              "for the transformer's attention heads")
         bad = [g for g in self.freeze if g not in ("trunk", "retrieve", "query", "value")]
         if bad:
             raise ConfigError(f"ModelOptions: unknown freeze group '{bad[0]}' (valid: trunk, retrieve, query, value)")
@@ -128,11 +164,11 @@ class TrainConfig(ConfigBase):
                                    "the env carries them to every EnvRunner, warm-start worker and service (env_config.plugins)")
     iterations: int = helpf(40, "training iterations (one batch of complete episodes each)")
     seed: int = helpf(0, "seed of RLlib, torch and the env runners")
-    num_cpus: int = helpf(2, "CPUs for a local Ray (ignored when connecting to a running cluster)")
-    num_env_runners: int = helpf(1, "remote EnvRunner actors (0: sample in the driver)")
+    num_cpus: int = helpf(2, "CPUs for a local Ray (ignored when connecting to a running cluster)", ge=1)
+    num_env_runners: int = helpf(1, "remote EnvRunner actors (0: sample in the driver)", ge=0)
     num_gpus_per_env_runner: float = helpf(0.0, "GPUs per EnvRunner (the reasoner lives there: > 0 places "
-                                                 "runners on GPU nodes of a cluster)")
-    num_envs_per_env_runner: int = helpf(8, "env copies per runner (batched generation for the micro-world)")
+                                                 "runners on GPU nodes of a cluster)", ge=0)
+    num_envs_per_env_runner: int = helpf(8, "env copies per runner (batched generation for the micro-world)", ge=1)
     env: str = helpf("microworld", "'microworld' (kairos/MicroWorld-v0), 'hotpotqa' (kairos/HotpotQA-v0) or "
                      "'package.module:factory(config)'")
     env_config: EnvConfig | FactoryEnvConfig = field(
@@ -147,10 +183,10 @@ class TrainConfig(ConfigBase):
         metadata={"help": "cost name -> λ schedule (applied to every EnvRunner each iteration)"})
     checkpoint_every: int = helpf(5, "save a checkpoint every N iterations (and at the end)")
     keep_checkpoints: int = helpf(2, "checkpoints kept on disk (oldest deleted)")
-    eval_questions: int = helpf(0, "after training, evaluate greedily on this many dev questions (0: skip)")
+    eval_questions: int = helpf(0, "after training, evaluate greedily on this many dev questions (0: skip)", ge=0)
     snapshot_every: int = helpf(0, "export the trigger every N iterations into snapshots/iter_NNNN (0: off) — "
-                                   "the benchmark can select among them on dev, as it calibrates thresholds")
-    snapshot_from: int = helpf(0, "first iteration eligible for a snapshot")
+                                   "the benchmark can select among them on dev, as it calibrates thresholds", ge=0)
+    snapshot_from: int = helpf(0, "first iteration eligible for a snapshot", ge=0)
     sweep: SweepOptions = field(default_factory=SweepOptions,
                                 metadata={"help": "Tune grid over seeds × final λ (used with --sweep)"})
     warmstart: WarmStartOptions = field(default_factory=WarmStartOptions,

@@ -63,7 +63,13 @@ class ScheduleConfig(ConfigBase):
     iterations: int = helpf(20, "iterations the schedule takes to go from start to end")
     delay: int = helpf(0, "iterations to hold `start` before moving")
 
-    def validate(self) -> None:
+    def validate(self, where: str = "ScheduleConfig") -> None:
+        import math
+
+        for k in ("start", "end"):
+            v = float(getattr(self, k))
+            if not math.isfinite(v) or v < 0:
+                raise ConfigError(f"{where}.{k} must be a finite λ >= 0, got {v}")
         try:
             info = LAMBDA_SCHEDULES.info(self.kind)
         except UnknownNameError as e:

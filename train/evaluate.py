@@ -70,7 +70,7 @@ def evaluate_policy(policy_or_trigger: Any, env_config: dict | Any, question_ind
     if question_indices and cfg.max_questions is not None:
         cfg = cfg.replace(max_questions=max(cfg.max_questions, max(question_indices) + 1))
     jsonl = Path(jsonl_path) if jsonl_path is not None else None
-    from envs.core.io import read_done_rows
+    from envs.core.io import make_dir, read_done_rows, writing
 
     done = read_done_rows(jsonl)
     wanted = [int(q) for q in question_indices]
@@ -78,12 +78,17 @@ def evaluate_policy(policy_or_trigger: Any, env_config: dict | Any, question_ind
     rows: list[dict[str, Any]] = [done[q] for q in wanted if q in done]
     sink = None
     if jsonl is not None:
-        jsonl.parent.mkdir(parents=True, exist_ok=True)
+        make_dir(jsonl.parent)
         if done:  # rewrite without a torn tail, atomically, before appending
             from envs.core.io import write_text
 
             write_text(jsonl, "".join(json.dumps(done[q]) + "\n" for q in sorted(done)))
-        sink = open(jsonl, "a")
+        with writing(jsonl):
+            sink = open(jsonl, "a")
+
+    def sync() -> None:
+        with writing(jsonl):
+            os.fsync(sink.fileno())
     bar = None
     if progress is not None and todo:
         from tqdm.auto import tqdm
@@ -99,21 +104,25 @@ def evaluate_policy(policy_or_trigger: Any, env_config: dict | Any, question_ind
             check_policy_env(trigger, venv.single_observation_space, cfg)
         # the one decision loop (envs.rollout: also what kairos.Pipeline runs); a row per finished question
         for ev in run_episodes(venv.envs if venv is not None else [], trigger, todo,
-                               after_batch=(lambda: os.fsync(sink.fileno())) if sink is not None else None):
+                               after_batch=sync if sink is not None else None):
             if ev.done:
                 row = _row(ev.question_index, ev.next_info, ev.episode_return, ev.decision,
                            truncated=bool(ev.truncated and not ev.terminated))
                 rows.append(row)
                 if sink is not None:
-                    sink.write(json.dumps(row) + "\n")
-                    sink.flush()
+                    with writing(jsonl):  # a full disk: one line naming the file, the rows before it kept
+                        sink.write(json.dumps(row) + "\n")
+                        sink.flush()
                 if bar is not None:
                     bar.update(1)
     finally:
         if venv is not None:
             venv.close()
         if sink is not None:
-            sink.close()
+            try:
+                sink.close()
+            except OSError:  # the write that failed is what is reported (its rows before it are on disk)
+                pass
         if bar is not None:
             bar.close()
     rows.sort(key=lambda r: r["question_index"])

@@ -18,16 +18,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-from envs.core.io import write_json
+from envs.core.config import ConfigError
+from envs.core.io import append_line, make_dir, write_json, writing
+from envs.core.runlock import FolderLock
 from train.checkpoints import (  # noqa: F401  (re-exported: the resume helpers' old home)
     CKPT_PREFIX,
     last_metrics,
     list_checkpoints,
+    read_metrics,
+    remove_stale_temps,
     restore_newest,
     save_checkpoint,
     trim_metrics,
 )
-from train.config import TrainConfig
+from train.config import TrainConfig, resume_changes
 from train.services import placement, start_services, stop_services
 
 log = logging.getLogger(__name__)
@@ -299,8 +303,13 @@ def train(cfg: TrainConfig, resume: bool = False, stop_after: int | None = None,
         show_progress: show a rich progress bar with the latest metrics line.
         on_iteration: ``f(iteration, metrics)`` after every iteration (Tune trials report through it).
     """
+    with FolderLock(cfg.out_dir):  # one run per out_dir: a second one refuses, naming this one
+        return _train(cfg, resume, stop_after, show_progress, on_iteration)
+
+
+def _train(cfg: TrainConfig, resume: bool, stop_after: int | None, show_progress: bool, on_iteration) -> dict:
     t_start = time.perf_counter()
-    out = _prepare_out(cfg)
+    out = _prepare_out(cfg, resume)
     ckpt_dir = out / "checkpoints"
     warm = cfg.model.warm_start
     if cfg.warmstart.enabled and not (resume and list_checkpoints(ckpt_dir)):
@@ -319,6 +328,12 @@ def train(cfg: TrainConfig, resume: bool = False, stop_after: int | None = None,
     try:
         restored = _restore_or_warm_start(algo, cfg, out, resume, warm)
         first = algo.iteration
+        if restored and first > cfg.iterations:
+            log.warning("resume: %s is at iteration %d already, past iterations = %d: nothing to train (the policy "
+                        "is exported from iteration %d; raise iterations to continue)", out, first, cfg.iterations,
+                        first)
+        elif restored and first == cfg.iterations:
+            log.info("resume: %s finished all %d iterations already: nothing to train", out, first)
         last = _iterate(algo, cfg, out, bool(restored), stop_after, show_progress, on_iteration)
         if not list_checkpoints(ckpt_dir) or int(list_checkpoints(ckpt_dir)[-1].name[len(CKPT_PREFIX):]) != algo.iteration:
             save_checkpoint(algo, ckpt_dir, cfg.keep_checkpoints)
@@ -337,13 +352,59 @@ def train(cfg: TrainConfig, resume: bool = False, stop_after: int | None = None,
     return summary
 
 
-def _prepare_out(cfg: TrainConfig) -> Path:
-    """The run's folder (and its cache file's), with the config written into it."""
-    out = Path(cfg.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+def _prepare_out(cfg: TrainConfig, resume: bool) -> Path:
+    """The run's folder (and its cache file's), checked against what it holds, with the config written into it
+    (called holding the folder's lock).
+
+    * ``resume`` over checkpoints: the config must be the one the run was trained with — the keys that change what
+      a run computes (:func:`train.config.resume_changes`) are compared with ``config.json`` and a change is an
+      error naming them (``iterations`` and resources may change);
+    * ``resume`` without a checkpoint: an explicit restart from iteration 1, said in a log line, the earlier
+      attempt's metrics rows dropped;
+    * a new run (no ``resume``) into a folder that holds a run's checkpoints or metrics: an error (``--resume``
+      continues it; another out_dir starts a new one) — never two runs' rows in one file;
+    * temp folders of an interrupted save (a dead run's: we hold the lock) are removed.
+    """
+    out = make_dir(cfg.out_dir)
     cache = cfg.env_config.to_dict().get("cache_path")
     if cache:
-        Path(cache).parent.mkdir(parents=True, exist_ok=True)
+        make_dir(Path(cache).parent)
+    ckpt_dir, metrics = out / "checkpoints", out / "metrics.jsonl"
+    remove_stale_temps(ckpt_dir)
+    ckpts, rows = list_checkpoints(ckpt_dir), read_metrics(metrics, warn=False)
+    if not resume and (ckpts or rows):
+        held = (f"checkpoints up to iteration {int(ckpts[-1].name[len(CKPT_PREFIX):])}" if ckpts
+                else "no checkpoint")
+        raise ConfigError(f"{out} already holds a training run ({held}, {len(rows)} metrics rows): continue it with --resume, or choose another out_dir "
+                          "(or delete that folder) to start a new run")
+    if resume and ckpts and (out / "config.json").is_file():
+        import json
+
+        try:
+            old = json.loads((out / "config.json").read_text())
+        except ValueError:
+            old = None
+            log.warning("%s: unreadable; the config cannot be compared with the run's", out / "config.json")
+        if isinstance(old, dict):
+            try:  # the recorded config with today's defaults filled in (a key added since is no change)
+                old = TrainConfig.from_dict(old, where=str(out / "config.json")).to_dict()
+            except ValueError:
+                pass
+        changed = resume_changes(old, cfg.to_dict()) if isinstance(old, dict) else []
+        if changed:
+            shown = "; ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in changed[:6])
+            more = f" (and {len(changed) - 6} more)" if len(changed) > 6 else ""
+            raise ConfigError(f"--resume: the config changed since {out} was trained ({shown}{more}); the "
+                              "checkpoints were trained with the old values — restore them to continue this run, "
+                              "or start a new run in another out_dir")
+    if resume and not ckpts:
+        if rows:
+            log.warning("--resume: no checkpoint in %s (the earlier attempt stopped before its first save; "
+                        "checkpoint_every = %d): starting over from iteration 1, its %d metrics rows dropped",
+                        ckpt_dir, cfg.checkpoint_every, len(rows))
+        else:
+            log.info("--resume: no checkpoint in %s: starting a new run from iteration 1", ckpt_dir)
+        trim_metrics(metrics, 0)
     write_json(out / "config.json", cfg.to_dict())
     return out
 
@@ -384,7 +445,8 @@ def _iterate(algo, cfg: TrainConfig, out: Path, restored: bool, stop_after: int 
     ``metrics.jsonl``, the progress line), checkpointed and snapshotted on schedule. Returns the last metrics."""
     from torch.utils.tensorboard import SummaryWriter
 
-    writer = SummaryWriter(str(out / "tb"), purge_step=algo.iteration + 1 if restored else None)
+    with writing(out / "tb", "write TensorBoard events to"):
+        writer = SummaryWriter(str(out / "tb"), purge_step=algo.iteration + 1)
     first = algo.iteration
     last: dict[str, float] = last_metrics(out / "metrics.jsonl")  # a finished run resumed keeps its final metrics
     with _Progress(cfg.iterations, first, enabled=show_progress) as progress:
@@ -410,8 +472,7 @@ def _one_iteration(algo, cfg: TrainConfig, out: Path, writer, progress: _Progres
     last["iteration_seconds"] = time.perf_counter() - t0
     for k, v in last.items():
         writer.add_scalar(f"{cfg.name}/{k}", v, it)
-    with (out / "metrics.jsonl").open("a") as f:
-        f.write(json.dumps({"iteration": it, "time": time.time(), **last}) + "\n")
+    append_line(out / "metrics.jsonl", json.dumps({"iteration": it, "time": time.time(), **last}))
     line = progress_line(it, cfg.iterations, last, last["iteration_seconds"])
     progress.update(it, line)
     log.info(line)

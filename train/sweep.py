@@ -59,7 +59,15 @@ def _trial(config: dict[str, Any]) -> None:
 
 def sweep(cfg: TrainConfig) -> dict[str, Any]:
     """Run the grid through ``tune.Tuner``; returns (and writes ``<out_dir>/sweep_summary.json``) each
-    trial's final metrics and exported policy directory."""
+    trial's final metrics and exported policy directory. Holds ``out_dir``'s lock (a second sweep or run there
+    refuses, naming this one; each trial locks its own folder)."""
+    from envs.core.runlock import FolderLock
+
+    with FolderLock(cfg.out_dir):
+        return _sweep(cfg)
+
+
+def _sweep(cfg: TrainConfig) -> dict[str, Any]:
     import ray
     from ray import tune
 

@@ -27,6 +27,7 @@ import dataclasses
 import difflib
 import inspect
 import json
+import math
 import types
 import typing
 from pathlib import Path
@@ -39,12 +40,34 @@ class ConfigError(ValueError):
     """A config file or dict does not match its dataclass (unknown key, wrong type, bad value)."""
 
 
-def helpf(default: Any = dataclasses.MISSING, help: str = "", **kw: Any) -> Any:
-    """A dataclass ``field`` with help text; mutable defaults are wrapped in a factory automatically."""
+def helpf(default: Any = dataclasses.MISSING, help: str = "", ge: float | None = None, gt: float | None = None,
+          **kw: Any) -> Any:
+    """A dataclass ``field`` with help text; mutable defaults are wrapped in a factory automatically. ``ge`` / ``gt``:
+    the number (or every number of a list) must be ``>=`` / ``>`` it — checked on load, the error naming the key."""
+    meta: dict[str, Any] = {"help": help}
+    if ge is not None:
+        meta["ge"] = ge
+    if gt is not None:
+        meta["gt"] = gt
     if isinstance(default, (list, dict, set)):
         value = default
-        return dataclasses.field(default_factory=lambda: type(value)(value), metadata={"help": help}, **kw)
-    return dataclasses.field(default=default, metadata={"help": help}, **kw)
+        return dataclasses.field(default_factory=lambda: type(value)(value), metadata=meta, **kw)
+    return dataclasses.field(default=default, metadata=meta, **kw)
+
+
+def check_bounds(name: str, value: Any, meta: Any, where: str) -> None:
+    """A field's ``ge`` / ``gt`` bounds (:func:`helpf`) on its value (each number of a list; ``None`` passes)."""
+    ge, gt = meta.get("ge"), meta.get("gt")
+    if ge is None and gt is None:
+        return
+    check_finite(name, value, where)  # a bounded number is a finite one (nan compares false to every bound)
+    for v in value if isinstance(value, (list, tuple)) else [value]:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue
+        if ge is not None and not v >= ge:
+            raise ConfigError(f"{where}: key '{name}' must be >= {ge}, got {v}")
+        if gt is not None and not v > gt:
+            raise ConfigError(f"{where}: key '{name}' must be > {gt}, got {v}")
 
 
 def _coerce(name: str, tp: Any, value: Any, where: str) -> Any:
@@ -115,6 +138,20 @@ def _coerce(name: str, tp: Any, value: Any, where: str) -> Any:
     return value
 
 
+def check_finite(name: str, value: Any, where: str) -> None:
+    """Every number in ``value`` (a field's coerced value: a scalar, or the numbers in its lists and mappings —
+    cost weights, thresholds) is finite; ``nan`` / ``inf`` is a :class:`ConfigError` naming the key path. Nested
+    configs check their own fields when they load."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{where}: key '{name}' must be a finite number, got {value}")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            check_finite(f"{name}.{k}", v, where)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            check_finite(name, v, where)
+
+
 def unknown_key_error(where: str, key: Any, valid: typing.Iterable[str]) -> ConfigError:
     """The error of a key that is not one of ``valid``: names it, lists the valid keys and suggests the closest."""
     valid = sorted(valid)
@@ -125,8 +162,10 @@ def unknown_key_error(where: str, key: Any, valid: typing.Iterable[str]) -> Conf
 
 def coerce_value(name: str, tp: Any, value: Any, where: str) -> Any:
     """``value`` coerced to annotation ``tp`` as :meth:`ConfigBase.from_dict` coerces a field (errors name
-    ``where`` and the key)."""
-    return _coerce(name, tp, value, where)
+    ``where`` and the key; a number that is not finite is one)."""
+    out = _coerce(name, tp, value, where)
+    check_finite(name, out, where)
+    return out
 
 
 def plain_data(value: Any) -> Any:
@@ -179,6 +218,8 @@ class ConfigBase:
         if missing:
             raise ConfigError(f"{where}: missing config key '{missing[0]}'")
         kwargs = {k: _coerce(k, hints[k], v, where) for k, v in data.items()}
+        for k, v in kwargs.items():  # declared bounds (helpf(ge=…, gt=…)) before anything uses the value
+            check_bounds(k, v, fields[k].metadata, where)
         try:
             obj = cls(**kwargs)
         except TypeError as e:
@@ -188,6 +229,8 @@ class ConfigBase:
         validate = getattr(obj, "validate", None)
         if callable(validate):  # a validate(where=…) names the key path its errors are about
             validate(where=where) if "where" in inspect.signature(validate).parameters else validate()
+        for k, v in kwargs.items():  # no nan / inf anywhere (a validate may say more about its own keys first)
+            check_finite(k, v, where)
         return obj
 
     @classmethod
@@ -235,6 +278,66 @@ class ConfigBase:
             if v is not None:
                 out[f.name] = v
         return out
+
+
+def parse_set(kv: str, flag: str = "--set", verbatim: tuple[str, ...] = ()) -> tuple[str, Any]:
+    """One ``KEY=VALUE`` of a ``--set`` flag: ``(dotted key, value)``, the value read as YAML (``0.1``, ``true``,
+    ``[a, b]``) — a key in ``verbatim`` keeps its text. A malformed one is a one-line :class:`ConfigError` naming the
+    key and how to write it."""
+    import yaml
+
+    key, sep, text = str(kv).partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"{flag} expects KEY=VALUE (e.g. {flag} lambda_retrieval=0.2), got {kv!r}")
+    if any(not part for part in key.split(".")):
+        raise ConfigError(f"{flag} {kv!r}: the key '{key}' has an empty part (write a.b.c)")
+    if key in verbatim:
+        return key, text
+    try:
+        return key, yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{flag} {key}={text}: the value is not valid YAML ({problem}); write e.g. "
+                          f"{key}='[a, b]' for a list or quote a string") from None
+
+
+def apply_sets(raw: dict[str, Any], sets: list[str] | tuple[str, ...], where: str, flag: str = "--set",
+               verbatim: tuple[str, ...] = ()) -> dict[str, str]:
+    """Apply ``--set KEY=VALUE`` overrides to the mapping ``raw`` (a dotted key sets a key of a nested mapping,
+    created if missing). Returns {dotted key: the ``KEY=VALUE`` text} for :func:`from_dict_with_sets`'s errors."""
+    given: dict[str, str] = {}
+    for kv in sets or ():
+        key, value = parse_set(kv, flag, verbatim)
+        *parents, leaf = key.split(".")
+        node: Any = raw
+        for i, part in enumerate(parents):
+            child = node.get(part)
+            if child is None:  # missing or null: a new mapping
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                bad = ".".join(parents[: i + 1])
+                raise ConfigError(f"{flag} {kv}: '{bad}' is not a mapping in {where} (it holds {child!r}), so it "
+                                  f"has no key '{'.'.join(parents[i + 1:] + [leaf])}'")
+            node = child
+        node[leaf] = value
+        given[key] = kv
+    return given
+
+
+def sets_error(e: ConfigError, given: dict[str, str], flag: str = "--set") -> ConfigError:
+    """A config error annotated with the ``--set`` that caused it (the key path it names ends with one the user
+    set): the key the user wrote is in the message."""
+    import re
+
+    msg = str(e)
+    for key, kv in sorted(given.items(), key=lambda kv: -len(kv[0])):
+        parts = key.split(".")
+        for i in range(len(parts)):
+            tail = re.escape(".".join(parts[i:]))
+            if re.search(rf"(?<![\w.]){tail}(?![\w])", msg) or re.search(rf"'{tail}\.", msg):
+                return ConfigError(f"{flag} {kv}: {msg}")
+    return e
 
 
 def read_yaml_mapping(path: str | Path) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -15,24 +16,117 @@ _UMASK = os.umask(0)
 os.umask(_UMASK)
 
 
+class OutputError(OSError, ValueError):
+    """Writing (or creating) a file or folder failed for an operating-system reason — a full disk, a read-only file
+    system, no permission: the message is one line naming the path and the cause. An :class:`OSError` (callers that
+    handle OS errors still do, ``errno`` kept) and a :class:`ValueError` (every CLI prints it as its one error
+    line)."""
+
+    def __str__(self) -> str:  # the one line, not OSError's "[Errno N] strerror: filename"
+        return str(self.args[0]) if self.args else ""
+
+
+#: errno -> what it means for a write, in words a user acts on
+_CAUSES = {
+    errno.ENOSPC: "no space left on the device (free some space, then rerun: finished work is kept)",
+    errno.EDQUOT: "disk quota exceeded (free some space, then rerun: finished work is kept)",
+    errno.EROFS: "the file system is read-only (choose a writable output folder)",
+    errno.EACCES: "permission denied (choose a folder you can write to, or fix its permissions)",
+    errno.EPERM: "operation not permitted (choose a folder you can write to, or fix its permissions)",
+    errno.ENOTDIR: "a path component is a file, not a folder",
+    errno.EISDIR: "it is a folder, not a file",
+    errno.EIO: "input/output error (a failing disk or a lost network mount)",
+    errno.EEXIST: "a file of that name is in the way (a folder is needed there)",
+    errno.ENOENT: "no such file or folder (a parent folder is missing and cannot be created there)",
+}
+
+
+def describe_os_error(e: BaseException, path: str | Path | None = None, what: str | None = None) -> str:
+    """One line naming the path (the error's own file name, else ``path``) and the cause of an OS error —
+    ``cannot <what> <path>: <cause>``, or ``<path>: <cause>`` without ``what``. An error raised with a message of
+    its own (no errno) is that message."""
+    if isinstance(e, OutputError):
+        return str(e)
+    code = getattr(e, "errno", None)
+    if code is None:  # a library's OSError (pyarrow's) may carry the errno in its text only
+        import re
+
+        m = re.search(r"\[Errno (\d+)\]|errno[ =:]+(\d+)", str(e))
+        code = int(m.group(1) or m.group(2)) if m else None
+    if code is None:
+        text = str(e) or type(e).__name__
+        return f"cannot {what} {path}: {text}" if what and path is not None else text
+    name = getattr(e, "filename", None) or path
+    cause = _CAUSES.get(code) or getattr(e, "strerror", None) or str(e)
+    if name is None:
+        return f"cannot {what}: {cause}" if what else cause
+    return f"cannot {what} {name}: {cause}" if what else f"{name}: {cause}"
+
+
+def output_error(e: OSError, path: str | Path | None = None, what: str = "write") -> OutputError:
+    """``e`` as an :class:`OutputError` (errno and file name kept)."""
+    if isinstance(e, OutputError):
+        return e
+    err = OutputError(describe_os_error(e, path, what))
+    err.errno = getattr(e, "errno", None)
+    err.filename = getattr(e, "filename", None) or (str(path) if path is not None else None)
+    return err
+
+
+@contextlib.contextmanager
+def writing(path: str | Path | None, what: str = "write") -> Iterator[None]:
+    """Any :class:`OSError` raised inside (a full disk, a read-only or forbidden folder — from Python, a library or
+    pyarrow) becomes an :class:`OutputError` naming ``path`` (when the error names no file) and the cause."""
+    try:
+        yield
+    except OutputError:
+        raise
+    except OSError as e:
+        raise output_error(e, path, what) from e
+
+
+def make_dir(path: str | Path) -> Path:
+    """``mkdir -p`` whose failure is one line naming the folder (:class:`OutputError`)."""
+    path = Path(path)
+    with writing(path, "create the folder"):
+        path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def append_line(path: str | Path, line: str) -> None:
+    """Append one line (a newline added) to a text file and flush it to disk; an OS error names the file."""
+    with writing(path), open(path, "a", encoding="utf-8") as f:
+        f.write(line if line.endswith("\n") else line + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
 @contextlib.contextmanager
 def atomic_open(path: str | Path, mode: str = "w", **kw: Any) -> Iterator[IO[Any]]:
     """Open a temporary file next to ``path``; on success fsync and rename it over ``path``.
 
     A crash in the middle leaves the old file (or none), never a half-written one.
+    An OS error (a full disk, a read-only or forbidden folder) is an :class:`OutputError` naming ``path``.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    make_dir(path.parent)
+    with writing(path):
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; give the file the usual permissions
     try:
         with os.fdopen(fd, mode, **kw) as f:
             yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+            with writing(path):
+                f.flush()
+                os.fsync(f.fileno())
+        with writing(path):
+            os.replace(tmp, path)
+    except OSError as e:  # e.g. the caller's own f.write hit a full disk: name the file we were writing
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise output_error(e, path) from e
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
 

@@ -27,14 +27,14 @@ class BenchConfig(ConfigBase):
                                    "the env carries them (env.plugins); a method kind of eval.bench.methods.METHOD_KINDS too")
     dev: str = helpf("0:100", "calibration questions: a 'start:stop' slice of the split")
     test: str = helpf("100:400", "evaluation questions: a 'start:stop' slice, disjoint from dev")
-    lambda_retrieval: float = helpf(0.1, "λ of retrieval calls in the reward used to calibrate and report")
+    lambda_retrieval: float = helpf(0.1, "λ of retrieval calls in the reward used to calibrate and report", ge=0)
     reference: str = helpf("CoT", "the method every other is compared with (paired tests)")
     methods: list[MethodSpec] = field(default_factory=list, metadata={"help": (
         "the methods to run; each mapping's 'kind' picks its spec class (eval.bench.methods.METHOD_KINDS)")})
     test_curves: bool = helpf(True, "sweep each threshold trigger's grid on test too (the plot's curves)")
     group_by: list[str] = helpf([], "question attributes to break results down by (e.g. hops)")
-    batch_size: int = helpf(16, "questions in flight per batched generation call")
-    n_resamples: int = helpf(10_000, "bootstrap resamples (fixed seed)")
+    batch_size: int = helpf(16, "questions in flight per batched generation call", ge=1)
+    n_resamples: int = helpf(10_000, "bootstrap resamples (fixed seed)", ge=1)
     seed: int = helpf(0, "seed of the statistics (and base seed of Random)")
     skip_missing_policies: bool = helpf(False, "a learned method whose exported policy is missing is skipped (and "
                                                "listed with the reason) instead of stopping the benchmark")
@@ -87,25 +87,18 @@ def load_config(path: str, out: str | None = None, overrides: list[str] | None =
                 plugins: list[str] | None = None) -> BenchConfig:
     """A :class:`BenchConfig` from a YAML, with ``--set KEY=VALUE`` overrides (``env.answer_closing=false`` sets a
     key of the env mapping), ``--out`` and more ``plugins`` (a suite's)."""
-    import yaml
+    from envs.core.config import apply_sets, sets_error
 
     raw = read_yaml_mapping(path)
     if plugins:
         raw["plugins"] = list(dict.fromkeys([*plugins, *(raw.get("plugins") or [])]))
-    for kv in overrides or []:
-        if "=" not in kv:
-            raise ConfigError(f"--set expects KEY=VALUE, got {kv!r}")
-        k, v = kv.split("=", 1)
-        *parents, leaf = k.split(".")
-        node = raw
-        for part in parents:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"--set {k}: '{part}' is not a mapping in {path}")
-        node[leaf] = yaml.safe_load(v) if k not in ("dev", "test") else v
+    given = apply_sets(raw, overrides or [], str(path), verbatim=("dev", "test"))
     if out:
         raw["out_dir"] = out
-    return BenchConfig.from_dict(raw, where=str(path))
+    try:
+        return BenchConfig.from_dict(raw, where=str(path))
+    except ConfigError as e:  # a bad value the user set on the command line: name the --set
+        raise sets_error(e, given) from None
 
 
 #: the keys every method had (with these defaults) before each kind got its own class: a ``config.json`` written

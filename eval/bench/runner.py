@@ -40,13 +40,20 @@ class Runner:
                           "max_retrievals_per_step": ec.max_retrievals_per_step,
                           "answer_closing": bool(ec.answer_closing and self.components.can_close)}}
         path = self.out / "per_question" / "fingerprint.json"
+        # binding only once a result row exists: a run that stopped before its first row (a bad value, Ctrl-C in
+        # the set-up) leaves nothing a later run could mix with, so the folder is simply taken over
+        has_rows = any(p.stat().st_size > 0 for p in (self.out / "per_question").rglob("*.jsonl"))
+        old = None
         if path.is_file():
-            old = json.loads(path.read_text())
-            if old != fp:
-                diff = sorted(k for k in fp if old.get(k) != fp[k])
-                raise ConfigError(f"{self.out}: holds per-question results of a different setup ({', '.join(diff)} "
-                                  "changed); use another out_dir or delete this one to start over")
-        else:
+            try:
+                old = json.loads(path.read_text())
+            except ValueError:
+                old = {}
+        if old is not None and old != fp and has_rows:
+            diff = sorted(k for k in fp if not isinstance(old, dict) or old.get(k) != fp[k])
+            raise ConfigError(f"{self.out}: holds per-question results of a different setup ({', '.join(diff)} "
+                              "changed); use another out_dir or delete this one to start over")
+        if old != fp:
             write_json(path, fp)
 
     def _with_overrides(self, env: EnvOverrides | None):
