@@ -55,3 +55,12 @@ def fields_table(path: str, name: str) -> str:
 
 def on_page_markdown(markdown: str, **kwargs) -> str:
     return MARKER.sub(lambda m: fields_table(m.group(1), m.group(2)), markdown)
+
+
+#: a Sphinx role the docstrings use (``:class:`~envs.env_config.EnvConfig```) as the rendered page has it
+ROLE = re.compile(r":(?:class|func|meth|data|mod|attr|exc|obj):<code>(~?)([\w.]+)</code>")
+
+
+def on_page_content(html: str, **kwargs) -> str:
+    """The docstrings' Sphinx roles as plain code (``~`` keeps the last name, as Sphinx does)."""
+    return ROLE.sub(lambda m: f"<code>{m.group(2).rsplit('.', 1)[-1] if m.group(1) else m.group(2)}</code>", html)
