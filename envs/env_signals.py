@@ -81,7 +81,7 @@ def probe_pulse_layers(config: EnvConfig) -> list[int]:
 
 
 def rsus_weights(config: EnvConfig) -> tuple[float, float, float]:
-    """RSUS weights of an env: the weight set ``rsus_options.weights`` names (``paper`` by default: DESIGN §4's
+    """RSUS weights of an env: the weight set ``rsus_options.weights`` names (``paper`` by default: docs/design.md §4's
     0.40 / 0.35 / 0.25; or one fitted with ``kairos train rsus-weights``), 0 for a component not in
     ``rsus_components``. Raises when every configured component has weight 0."""
     from agents.signals.rsus import load_rsus_weights

@@ -1,4 +1,4 @@
-"""``RetrievalTimingEnv``: reasoning-with-retrieval as an episodic contextual bandit (DESIGN §1, §5).
+"""``RetrievalTimingEnv``: reasoning-with-retrieval as an episodic contextual bandit (docs/design.md §1, §5).
 
 One episode = one question; one env step = one decision about the step just generated:
 

@@ -1,4 +1,4 @@
-"""The trajectory cache (DESIGN §5): outcomes of (namespace, question, action prefix), on disk, crash-safe.
+"""The trajectory cache (docs/design.md §5): outcomes of (namespace, question, action prefix), on disk, crash-safe.
 
 Greedy decoding makes the step that follows a given action prefix a pure function of
 ``(reasoner, env config, question, prefix)``. The env stores every generated step record under that key,

@@ -4,7 +4,7 @@ Each entry of the :data:`BENCHES` registry is a ``register(subparsers)`` that ad
 sets ``func``. Add one with ``BENCHES.register_path("name", "package.module:register")``; modules are imported
 when the CLI starts and keep their heavy imports inside the command functions.
 
-Every benchmark prints a table to stdout and writes JSON (DESIGN §9).
+Every benchmark prints a table to stdout and writes JSON (docs/design.md §9).
 """
 
 from __future__ import annotations

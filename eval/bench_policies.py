@@ -1,4 +1,4 @@
-"""``kairos bench policies``: learned policies versus calibrated fixed triggers and published baselines (DESIGN §8).
+"""``kairos bench policies``: learned policies versus calibrated fixed triggers and published baselines (docs/design.md §8).
 
 This module runs the benchmark (:func:`run_bench`) and is its CLI; the parts live in :mod:`eval.bench` — the
 method kinds (:mod:`eval.bench.methods`, :mod:`eval.bench.kinds`), the config, the runner, calibration and the

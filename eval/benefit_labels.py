@@ -1,4 +1,4 @@
-"""Retrieval-benefit step labels (DESIGN §6): for real data, where no step can be checked against a KB.
+"""Retrieval-benefit step labels (docs/design.md §6): for real data, where no step can be checked against a KB.
 
 For each question the env (any task; the real-data default is SmolLM2-135M on HotpotQA with BM25) runs the
 closed-book chain (never retrieve) and, for every non-answer step ``i`` of it, the episode that retrieves at step

@@ -1,4 +1,4 @@
-"""``kairos bench detection``: step-error detection on the micro-world (DESIGN §4, §6, §8).
+"""``kairos bench detection``: step-error detection on the micro-world (docs/design.md §4, §6, §8).
 
 Read top to bottom: load the artifact → labelled step datasets of its TRAIN questions (probe training and
 thresholds) and TEST questions (evaluation), both from the shared step-dataset cache → for each split:
@@ -26,7 +26,7 @@ validation AUROC), and AUROC on non-hedging steps.
   ``kairos microworld build --config configs/microworld_shifted.yaml``). It asks whether the trajectory
   features transfer to another model's hidden states and another error mix.
 
-* **(c) hotpotqa** — real data: SmolLM2-135M on HotpotQA dev with *retrieval-benefit* labels (DESIGN §6; a
+* **(c) hotpotqa** — real data: SmolLM2-135M on HotpotQA dev with *retrieval-benefit* labels (docs/design.md §6; a
   step is positive when retrieving at it raises the answer's F1), made by :mod:`eval.benefit_labels`. A few
   hundred labelled questions hold few positives, so (c) is k-fold cross-validation by question
   (``benefit_folds``, default 5): each fold's detectors are fitted / thresholded on the other folds exactly as in

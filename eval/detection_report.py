@@ -105,7 +105,7 @@ def _md_setup(result: dict[str, Any]) -> list[str]:
         parts += [f"(c) real data: {h['model_id']} ({h['n_layers']} layers, width {h['hidden_size']}) on "
                   f"'{h['env_split']}' of `{h['config']}`: {h['questions']} labelled questions → {h['steps']} "
                   f"closed-book steps ({h['label_names']}); positive = retrieving at the step raises the answer's "
-                  f"F1 (retrieval benefit, DESIGN §6; labels `{h['labels']}`). In (c) columns 'error' reads "
+                  f"F1 (retrieval benefit, docs/design.md §6; labels `{h['labels']}`). In (c) columns 'error' reads "
                   "'retrieval helps'.", ""]
     parts += [f"Thresholds: training-free detectors by Youden's J on each split's train part; learned probes "
              f"{'by Youden on validation' if cfg['probe_threshold'] == 'val' else 'at p(error) ≥ ' + cfg['probe_threshold']}"

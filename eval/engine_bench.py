@@ -14,7 +14,7 @@ memory, its own engine):
   every row) against without it, as a share of generation time; plus the env's own feature time (PUlSE, content,
   output signals computed from the step) as a share of its wall time.
 
-Measured ratios come from one run (DESIGN §9): the baseline (``hf``) runs beside vLLM on the same machine, same
+Measured ratios come from one run (docs/design.md §9): the baseline (``hf``) runs beside vLLM on the same machine, same
 questions, same settings. Output: a table, ``engine_bench.json`` and ``engine_bench.md`` under ``--out``.
 
 Example:

@@ -1,4 +1,4 @@
-"""The cache oracle: for each question, the best action sequence of any timing policy (DESIGN §5).
+"""The cache oracle: for each question, the best action sequence of any timing policy (docs/design.md §5).
 
 Greedy decoding makes every episode a deterministic function of its action sequence, so the oracle
 enumerates the decision tree by depth-first search over the env (replays are trajectory-cache hits).

@@ -1,6 +1,6 @@
 """Reasoner generation speed: tokens/s of whole step-wise chains, with and without signal capture.
 
-Measured as ratios inside one run (DESIGN §9): for each batch size the same questions are generated
+Measured as ratios inside one run (docs/design.md §9): for each batch size the same questions are generated
 with capture off (``plain``) and on (``hidden``: per-layer hidden states pooled per step; optionally
 ``hidden+attn`` on an eager-attention copy of the model, with its own eager ``plain`` baseline).
 Greedy decoding makes every variant generate the same tokens (checked: ``same_tokens``), so tokens/s are

@@ -13,8 +13,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 from typing import Any
+
+
+def md_name(name: str) -> str:
+    """A method name as Markdown text: a ``[`` that would open a link (``learned[QueryGen](λ=0.1)``,
+    ``RSUS[ent][q: dev]``) is escaped, so GitHub and the docs site (``mkdocs build --strict``) show the name.
+
+    >>> md_name("learned[QueryGen](λ=0.1)"), md_name("FLARE[q: dev]")
+    ('learned\\\\[QueryGen](λ=0.1)', 'FLARE[q: dev]')
+    """
+    return re.sub(r"(?<!\\)\[(?=[^\]]*\][\[(])", r"\\[", name)
 
 
 def _ci(v: dict | None, key: str = "diff", nd: int = 3, signed: bool = True) -> str:
@@ -37,7 +48,7 @@ def methods_table(s: dict[str, Any]) -> str:
     for k, v in sorted(s["methods"].items(), key=lambda kv: -kv[1]["reward"]):
         harm = "–" if v.get("harm_rate") is None else f"{v['harm_rate']:.3f}"
         mark = " (best fixed, chosen on dev)" if k == s.get("best_fixed") else ""
-        rows.append(f"| {k}{mark} | {v['kind']} | {_acc(v)} | "
+        rows.append(f"| {md_name(k)}{mark} | {v['kind']} | {_acc(v)} | "
                     f"{v['calls']:.2f} | {v['reward']:.3f} | {harm} | {v.get('query_mode') or ('–' if v['calls'] == 0 else 'env default')} | "
                     f"{_ci(v.get('vs_best_fixed'))} | {_ci(v.get('oracle_gap_fraction'), 'fraction', 2, False)} |")
     return "\n".join(rows) + f"\n\nreward = accuracy − {lam:g} · calls; n = {s['setup']['n_test']} test questions."
@@ -58,7 +69,7 @@ def breakdown_table(s: dict[str, Any], by: str, lam: float | None = None) -> str
             c = table[g].get(k)
             cells.append("–" if c is None else f"{c['accuracy'] - lam * c['calls']:.3f} ({c['accuracy']:.2f} @ "
                                               f"{c['calls']:.2f})")
-        rows.append(f"| {k} | " + " | ".join(cells) + " |")
+        rows.append(f"| {md_name(k)} | " + " | ".join(cells) + " |")
     return "\n".join(rows) + f"\n\nPer {by}: reward (accuracy @ calls per question)."
 
 

@@ -89,7 +89,7 @@ def _predict(seg, toks) -> list[int]:
     return [1] + [int(p >= seg.threshold) for p in seg.token_probs(toks)[1:]]
 
 
-#: the segmenter size DESIGN §4 specifies (the default, agents.boundary.SegmenterConfig, is 2 layers × 64)
+#: the segmenter size docs/design.md §4 specifies (the default, agents.boundary.SegmenterConfig, is 2 layers × 64)
 PAPER_SIZE = {"d_model": 256, "n_layers": 3, "n_heads": 4, "ff_dim": 1024}
 PAPER_NAME = "both (3 × 256, 4 heads)"
 
@@ -135,7 +135,7 @@ def run_bench(out: Path, n_micro_train: int = 2000, n_micro_test: int = 400, sou
     from agents.boundary import SegmenterConfig
 
     runs = [("micro-world", micro_train, None), ("SmolLM2", smol_train, None), ("both", micro_train + smol_train, None)]
-    if paper_size:  # the size DESIGN specifies, on the same data: is the small default's F1 the same?
+    if paper_size:  # the size docs/design.md §4 specifies, on the same data: is the small default's F1 the same?
         runs.append((PAPER_NAME, micro_train + smol_train, SegmenterConfig(**PAPER_SIZE)))
     for name, tr, size in runs:
         t1 = time.perf_counter()

@@ -162,7 +162,7 @@ def gap_fraction(method: Any, baseline: Any, ceiling: Any, n_resamples: int = 10
     """Fraction of the gap between a baseline and a ceiling that a method closes, with a paired bootstrap CI.
 
     ``f = (mean(method) − mean(baseline)) / (mean(ceiling) − mean(baseline))`` over the same questions
-    (e.g. learned vs the best fixed trigger, with the cache oracle as the ceiling: DESIGN §8's oracle-gap
+    (e.g. learned vs the best fixed trigger, with the cache oracle as the ceiling: docs/design.md §8's oracle-gap
     fraction). Each resample draws question indices once for all three. Resamples whose gap is 0 are
     dropped from the interval; with no gap at all the fraction is NaN.
 

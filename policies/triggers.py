@@ -1,4 +1,4 @@
-"""Fixed retrieval triggers (DESIGN §8): every non-learned policy behind one interface.
+"""Fixed retrieval triggers (docs/design.md §8): every non-learned policy behind one interface.
 
 A trigger sees what a learned policy sees — the observation and the env's ``info`` (which carries every
 signal of the current step by name, and the ground-truth label where known) — and returns an action.

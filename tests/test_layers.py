@@ -1,7 +1,7 @@
-"""The layer order of the packages, enforced (DESIGN §2; README "Architecture").
+"""The layer order of the packages, enforced (docs/design.md §2).
 
-    foundation  envs.core.registry, envs.core.config, envs.core.io, envs.core.data, envs.microworld world files (config, kb, corpus,
-        ↑       questions, labels, tokenizer, artifact)
+    envs.core   the foundation, every module under it: registry, config, io, repro, plugins, data, the micro-world's
+        ↑       world files (config, kb, corpus, questions, labels, tokenizer, artifact)
     agents      reasoners, signals, retrievers, query formulation, segmentation, compression
         ↑
     envs        the env, its config, observation tables, tasks, costs, trajectory cache, micro-world build

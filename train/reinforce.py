@@ -1,4 +1,4 @@
-"""REINFORCE on RLlib's new API stack, shaped like RLlib's VPG example (DESIGN §7).
+"""REINFORCE on RLlib's new API stack, shaped like RLlib's VPG example (docs/design.md §7).
 
 * :class:`ReinforceConfig` — an ``AlgorithmConfig`` with a fluent ``.training(baseline=…, …)``;
 * :class:`Reinforce` — ``training_step``: set the curriculum's λ on every EnvRunner, sample complete

@@ -1,4 +1,4 @@
-"""Refit the RSUS weights on a validation split (DESIGN §6) and save them by name (``kairos train rsus-weights``).
+"""Refit the RSUS weights on a validation split (docs/design.md §6) and save them by name (``kairos train rsus-weights``).
 
 The target is the retrieval benefit of each step: the counterfactual reward difference R(retrieve at the step) −
 R(go on), the rest of the episode under CoT (the warm start's labels, :func:`train.warmstart.counterfactual_labels`).

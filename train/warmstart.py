@@ -1,10 +1,10 @@
-"""Supervised warm start from counterfactual step labels (DESIGN §5 "Counterfactual labels", §6).
+"""Supervised warm start from counterfactual step labels (docs/design.md §5 "Counterfactual labels", §6).
 
 The trajectory cache makes every decision's counterfactual cheap: greedy decoding is deterministic, so the
 episode that differs from a behaviour policy π₀ at exactly one decision is a pure function of the question and
 that decision. For each training question this module, top to bottom:
 
-1. runs π₀ (``never`` by default — DESIGN §6's "rest of the policy fixed"; or a threshold trigger) and records
+1. runs π₀ (``never`` by default — docs/design.md §6's "rest of the policy fixed"; or a threshold trigger) and records
    the observation of every decision it meets;
 2. for each decision ``k`` of that path, runs the episode that takes the *other* action at ``k`` and follows π₀
    everywhere else (one batched :func:`train.evaluate.evaluate_policy` run per step index, resumable JSONL);

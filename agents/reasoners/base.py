@@ -1,4 +1,4 @@
-"""The reasoner interface (DESIGN §3): what every LM backend provides to the agent and the env."""
+"""The reasoner interface (docs/design.md §3): what every LM backend provides to the agent and the env."""
 
 from __future__ import annotations
 

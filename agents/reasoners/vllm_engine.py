@@ -59,7 +59,7 @@ def vllm_available() -> str | None:
         try:
             importlib.metadata.version("vllm")
         except importlib.metadata.PackageNotFoundError:
-            return "vLLM is not installed (CPU: python scripts/install_vllm.py; GPU: see README 'vLLM on GPUs')"
+            return "vLLM is not installed (CPU: python scripts/install_vllm.py; GPU: see docs/tutorials/vllm.md)"
     return None
 
 

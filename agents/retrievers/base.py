@@ -38,7 +38,7 @@ class RetrievedPassage(Passage):
 
 @runtime_checkable
 class Retriever(Protocol):
-    """What the agent needs from a retriever (DESIGN §3).
+    """What the agent needs from a retriever (docs/design.md §3).
 
     Implementations: :class:`agents.retrievers.bm25.BM25Retriever`,
     :class:`agents.retrievers.colbert.ColBERTRetriever`, :class:`agents.retrievers.cache.CachedRetriever`.

@@ -1,4 +1,4 @@
-"""Per-step signals (DESIGN §4) and the extractor that masks what a backend cannot provide.
+"""Per-step signals (docs/design.md §4) and the extractor that masks what a backend cannot provide.
 
 Flat public API::
 

@@ -1,4 +1,4 @@
-"""DRAGIN's RIND (DESIGN §4): token importance × uncertainty × step length; needs attentions.
+"""DRAGIN's RIND (docs/design.md §4): token importance × uncertainty × step length; needs attentions.
 
 The query: DRAGIN's QFS is the query mode ``qfs`` (:func:`qfs_terms`; micro-world reasoner); a row that
 queries with another mode is named ``DRAGIN[no QFS]``. The trigger is per step (the env's unit of decision): a step

@@ -1,4 +1,4 @@
-"""The signal interface (DESIGN §3) and the registry of signals by name.
+"""The signal interface (docs/design.md §3) and the registry of signals by name.
 
 A signal turns one generated :class:`~agents.reasoners.base.Step` (plus, optionally, the reasoner state the
 step was generated *from*) into a fixed-size float vector. It declares the reasoner capabilities it needs in

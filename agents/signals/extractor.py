@@ -1,4 +1,4 @@
-"""Compute a set of signals per step, masking the ones a backend cannot provide (DESIGN §3).
+"""Compute a set of signals per step, masking the ones a backend cannot provide (docs/design.md §3).
 
 Example:
     >>> import numpy as np

@@ -1,4 +1,4 @@
-"""Hidden-state signals (DESIGN §4): PUlSE trajectories, CoE-R / CoE-C, ReProbe input, SeaKR EigenScore.
+"""Hidden-state signals (docs/design.md §4): PUlSE trajectories, CoE-R / CoE-C, ReProbe input, SeaKR EigenScore.
 
 All of them read the per-layer states the reasoner captured in the generation pass
 (``Step.hidden_mean`` / ``Step.hidden_last``, shape ``[n_layers + 1, d]``, row 0 = embedding output);

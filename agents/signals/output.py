@@ -1,4 +1,4 @@
-"""Output-level signals (DESIGN §4): PPL, MaxProb, Entropy, MinProb (FLARE).
+"""Output-level signals (docs/design.md §4): PPL, MaxProb, Entropy, MinProb (FLARE).
 
 They read the step's per-token arrays: ``Step.logprobs`` (log p of each content token and of the end
 token), ``Step.maxprobs`` and ``Step.entropies`` (of the predictive distribution at those positions).

@@ -1,4 +1,4 @@
-"""RSUS (DESIGN §4): RSUS = w_verb·U_verb + w_ent·U_ent + w_cons·U_cons (default 0.40 / 0.35 / 0.25).
+"""RSUS (docs/design.md §4): RSUS = w_verb·U_verb + w_ent·U_ent + w_cons·U_cons (default 0.40 / 0.35 / 0.25).
 
 * **U_verb** = 1 − c/100 where ``c`` is the model's answer to :data:`CONFIDENCE_PROMPT`
   (:class:`VerbalConfidence` wraps any ``ask`` callable). For models that cannot answer, any callable
@@ -349,7 +349,7 @@ def fit_weights(components: np.ndarray, target: np.ndarray, step: float = 0.05, 
 
     Args:
         components: ``[N, 3]`` (U_verb, U_ent, U_cons) per step.
-        target: ``[N]`` retrieval benefit (DESIGN §6) or error labels.
+        target: ``[N]`` retrieval benefit (docs/design.md §6) or error labels.
         step: grid resolution.
         available: ``[N, 3]`` 0/1 availability of each component; RSUS is then, as the signal computes it, the
             weighted mean over the components available at a step (steps with none are left out).
@@ -400,7 +400,7 @@ def rsus_correlation(components: np.ndarray, target: np.ndarray, weights: Sequen
 # ------------------------------------------------------------------------------------- weight sets by name
 #: the format of a saved RSUS weight set
 WEIGHTS_FORMAT = "kairos-rsus-weights/1"
-#: DESIGN §4's default weights (the paper's)
+#: docs/design.md §4's default weights (the paper's)
 PAPER_WEIGHTS = (0.40, 0.35, 0.25)
 
 
@@ -426,7 +426,7 @@ def save_rsus_weights(name: str, weights: Sequence[float], info: dict[str, Any] 
 
 
 def load_rsus_weights(spec: str, folder: str | Path | None = None) -> tuple[float, float, float]:
-    """``(w_verb, w_ent, w_cons)`` of a weight set: ``paper`` (DESIGN §4's 0.40 / 0.35 / 0.25), a saved name
+    """``(w_verb, w_ent, w_cons)`` of a weight set: ``paper`` (docs/design.md §4's 0.40 / 0.35 / 0.25), a saved name
     (``<folder>/<name>.json``, see :func:`rsus_weights_dir`) or a path to such a file."""
     if spec == "paper":
         return PAPER_WEIGHTS

@@ -1,4 +1,4 @@
-"""Step datasets with ground-truth error labels from the micro-world (DESIGN §6), cached on disk.
+"""Step datasets with ground-truth error labels from the micro-world (docs/design.md §6), cached on disk.
 
 :func:`build_step_dataset` runs the micro-world reasoner's closed-book greedy chains on a question split,
 labels every non-answer step with :func:`envs.core.microworld.labels.label_chain` (error = label is not

@@ -1,4 +1,4 @@
-"""Detection metrics in numpy (DESIGN §8): AUROC, PR-AUC, ROC curve, F1 / precision / recall, Youden's J, and
+"""Detection metrics in numpy (docs/design.md §8): AUROC, PR-AUC, ROC curve, F1 / precision / recall, Youden's J, and
 the resampling they share: grouped (question-level) bootstrap indices and a NaN-dropping percentile interval.
 
 They live here, below eval, because probe fitting (this layer) needs AUROC; evaluation code imports them via

@@ -1,4 +1,4 @@
-"""Learned policies (DESIGN §7): the field-token policy network, its RLlib RLModule, export and the Trigger wrapper.
+"""Learned policies (docs/design.md §7): the field-token policy network, its RLlib RLModule, export and the Trigger wrapper.
 
 ``policies.rl.net`` and ``policies.rl.export`` are plain torch (no Ray), so an exported policy loads anywhere;
 ``policies.rl.module`` holds the RLlib ``TorchRLModule`` and its action distribution (imports Ray).

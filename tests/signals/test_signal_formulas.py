@@ -1,4 +1,4 @@
-"""Every DESIGN §4 formula on tiny tensors computed by hand."""
+"""Every docs/design.md §4 formula on tiny tensors computed by hand."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""Ground-truth labels of generated micro-world steps (DESIGN §6: exact factual-error labels).
+"""Ground-truth labels of generated micro-world steps (docs/design.md §6: exact factual-error labels).
 
 A step is parsed into ``(subject, relation, object)`` and checked against the knowledge base:
 
