@@ -9,11 +9,13 @@ The main flow (:func:`run_bench`), top to bottom:
 1. build the env components once (one reasoner, one retriever, one corpus for every method);
 2. run CoT (never retrieve) on the **dev** questions — its step signals give each threshold trigger an
    automatic threshold grid (quantiles), when the config does not list one;
-3. **calibrate** every threshold trigger on dev: sweep its grid, keep the threshold with the best reward
-   ``quality − Σ λ·cost`` (ties: fewer calls). Thresholds are never copied from papers;
+3. **calibrate** every threshold trigger on dev: sweep its grid and the never-fire point (``never``: the trigger
+   never retrieves, CoT's row), keep the point with the best reward ``quality − Σ λ·cost`` (ties: fewer calls,
+   so never-fire wins an exact tie). Thresholds are never copied from papers;
 4. run every method on the **test** questions (one JSONL row per question: decisions, signals, queries,
    passages, answer, costs, tokens, seconds; rerunning skips finished questions, so a crash resumes);
-   threshold triggers also sweep their grid on test, which draws their accuracy-vs-calls curve;
+   threshold triggers also sweep their grid on test, which draws their accuracy-vs-calls curve (from the
+   never-fire point at 0 calls);
    Random runs at the retrieval rate of the method it is matched to, over several seeds;
 5. statistics (:mod:`eval.bench.summary`, :mod:`eval.stats`): bootstrap CIs, paired bootstrap and exact McNemar (Holm-corrected) of
    every method against the reference, accuracy at matched retrieval budgets, frontier dominance, the

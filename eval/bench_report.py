@@ -10,6 +10,7 @@ draws and formats a ``summary`` dict of this shape::
       "title": "Kairos benchmark: micro-world dev[100:400]",
       "setup": {"dataset": ..., "n": 300, "lambda": 0.1, ...},          # free-form key -> value
       "reference": "CoT",
+      # a threshold: a number, or "never" (the never-fire point chosen on dev: the row is CoT's)
       "methods": {"<name>": {"kind": "baseline" | "fixed" | "learned" | "random" | "oracle",
                              "accuracy", "acc_lo", "acc_hi", "calls", "tokens", "seconds", "reward",
                              "gain_per_call", "gold_injected_share", "recall_at_k", "n", "threshold", "curve", "lambda"}},
@@ -85,7 +86,8 @@ def _blocks(summary: Mapping[str, Any], plot_keys: Sequence[str]) -> list[tuple[
                    + (["λ"] if has_lam else []) + ["n"])
         rows = []
         for name, m in methods.items():
-            thr = _fmt(m.get("threshold"), 3)
+            # the never-fire point chosen on dev: the row is CoT's (its name stays, the column says so)
+            thr = "never" if m.get("threshold") == "never" else _fmt(m.get("threshold"), 3)
             if m.get("query_mode"):
                 thr = f"{thr} · {m['query_mode']}" if thr != DASH else str(m["query_mode"])
             row = ([name, str(m.get("kind") or DASH), _fmt_ci(m.get("accuracy"), m.get("acc_lo"), m.get("acc_hi"))]

@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -130,7 +131,9 @@ class ThresholdTrigger(_Base):
 
     Args:
         signal: key in ``info["signals"]`` (a scalar signal).
-        threshold: the threshold (calibrate it on dev; never copy it from a paper).
+        threshold: the threshold (calibrate it on dev; never copy it from a paper). The one no value crosses —
+            ``-inf`` with ``below``, ``+inf`` with ``above`` — never fires, on masked steps too (:attr:`never_fires`:
+            the benchmark's never-fire point, whose row is CoT's).
         direction: ``above`` (retrieve when value > τ) or ``below`` (value < τ).
         name: display name.
         on_masked: what to do at a step where the env masked the signal (e.g. a step with no content
@@ -146,6 +149,15 @@ class ThresholdTrigger(_Base):
         self.on_masked = on_masked
         self.signal, self.threshold, self.direction = signal, float(threshold), direction
         self.name = name or f"{signal}{'>' if direction == 'above' else '<'}{threshold:g}"
+
+    @property
+    def never_fires(self) -> bool:
+        """The threshold no value crosses (``below`` −inf, ``above`` +inf): the trigger never retrieves.
+
+        >>> ThresholdTrigger("minprob", float("-inf"), "below").never_fires, ThresholdTrigger("rind", 0.5).never_fires
+        (True, False)
+        """
+        return self.threshold == (-math.inf if self.direction == "below" else math.inf)
 
     def value(self, info: dict[str, Any]) -> float | None:
         """The signal's value at this step (``None`` when the env masked it)."""
@@ -170,11 +182,15 @@ class ThresholdTrigger(_Base):
         the ``threshold`` and the ``direction``."""
         v = self.value(info)
         details = {"signal": self.signal, "value": v, "threshold": self.threshold, "direction": self.direction}
+        if self.never_fires:
+            return 0, details
         if v is None:
             return int(self.on_masked == "retrieve"), details
         return int(v > self.threshold if self.direction == "above" else v < self.threshold), details
 
     def describe(self) -> str:
+        if self.never_fires:
+            return f"{self.name}: never retrieve (threshold {self.threshold:g} on {self.signal})"
         op = ">" if self.direction == "above" else "<"
         return f"{self.name}: retrieve when {self.signal} {op} {self.threshold:g}"
 

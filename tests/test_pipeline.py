@@ -226,7 +226,9 @@ def bench(tmp_path_factory):
                 "query_modes": ["all"], "curve": False},
                {"name": "learned", "kind": "learned", "path": str(policy), "select_on_dev": True, "querygen": True,
                 "lam": 0.1}]
-    cfg = BenchConfig.from_dict({"name": "t", "out_dir": str(tmp_path / "bench"), "env": env, "dev": "0:4",
+    # dev questions where retrieval pays at λ = 0.1 (CoT answers half of them): a threshold with its query mode is
+    # calibrated, not the sweep's never-fire point
+    cfg = BenchConfig.from_dict({"name": "t", "out_dir": str(tmp_path / "bench"), "env": env, "dev": "12:16",
                                  "test": "4:12", "n_resamples": 200, "methods": methods, "test_curves": False,
                                  "batch_size": 4})
     return tmp_path / "bench", run_bench(cfg), policy
@@ -255,6 +257,7 @@ def test_from_bench_repeats_what_the_benchmark_evaluated(bench, world_questions,
             assert s["calibration"]["learned"]["chosen"] in (str(policy), str(policy.parent / "snapshots" /
                                                                               "iter_0001"))
         else:
+            assert s["calibration"][name]["chosen"] != "never" and s["calibration"][name]["mode"]
             assert p.policy.trigger.threshold == s["calibration"][name]["chosen"]
             assert p.policy.mode == s["calibration"][name]["mode"]
         p.close()

@@ -125,7 +125,9 @@ methods:
     assert cfg.env.plugins == [PLUGIN]
     s = run_bench(cfg)
     assert not s["skipped"] and {"Words", "FirstTwo"} <= set(s["methods"])
-    assert s["calibration"]["Words"]["chosen"] in (3.5, 100)
+    sweep = {r["threshold"]: r for r in s["calibration"]["Words"]["sweep"]}  # the grid and the never-fire point
+    assert list(sweep) == ["never", 3.5, 100] and s["calibration"]["Words"]["chosen"] in sweep
+    assert sweep[3.5]["calls"] > 0  # the plug-in's signal reached the trigger
     assert 0 < s["methods"]["FirstTwo"]["calls"] <= 2
 
 

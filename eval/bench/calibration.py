@@ -1,6 +1,7 @@
 """Calibration on dev and the runs that are more than one trigger on test.
 
 * :func:`auto_grid` — a threshold trigger's grid: quantiles of its signal under CoT on dev;
+* :data:`NEVER` — the never-fire point every threshold sweep starts with (the trigger never retrieves: CoT);
 * :func:`calibrate` — sweep (query mode, threshold) on dev, keep the best reward (ties: fewer calls);
 * :func:`select_learned` — model selection among a run's snapshots on dev;
 * :func:`cache_oracle` — per question the best leaf of the decision tree at λ;
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,8 +30,38 @@ QUANTILES = (0.01, 0.02, 0.05, 0.08, 0.12, 0.16, 0.2, 0.3, 0.4, 0.5, 0.7)
 PROB_GRID = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
 
 
+#: the never-fire point of a threshold sweep, as the records (``summary.json``: ``threshold``, the calibration's
+#: ``chosen``, ``grid``, ``sweep`` and ``curve``) and the result files' tags (``NAME@never``) hold it — a string, so
+#: the files stay strict JSON (Python writes ±inf as ``Infinity``, which is not JSON); the trigger gets the threshold
+#: no value crosses (:func:`signal_threshold`: −inf for ``below``, +inf for ``above``), so the row is CoT's
+NEVER = "never"
+
+
+def is_never(threshold: Any) -> bool:
+    """Whether ``threshold`` is the never-fire point :data:`NEVER`."""
+    return isinstance(threshold, str) and threshold == NEVER
+
+
+def signal_threshold(threshold: float | str, direction: str) -> float:
+    """The trigger's threshold of a sweep point: :data:`NEVER` is the one no value crosses (−inf for ``below``,
+    +inf for ``above``: :class:`policies.triggers.ThresholdTrigger` then never fires).
+
+    >>> signal_threshold(NEVER, "below"), signal_threshold(NEVER, "above"), signal_threshold(0.3, "below")
+    (-inf, inf, 0.3)
+    """
+    if is_never(threshold):
+        return -math.inf if direction == "below" else math.inf
+    return float(threshold)
+
+
+def threshold_label(threshold: float | str) -> str:
+    """A sweep point in file tags and logs: ``never`` or the threshold to 6 significant digits."""
+    return NEVER if is_never(threshold) else f"{float(threshold):.6g}"
+
+
 def auto_grid(rows: list[dict], signal: str, direction: str) -> list[float]:
-    """Thresholds at quantiles of ``signal`` over every step of ``rows`` (CoT episodes on dev)."""
+    """Thresholds at quantiles of ``signal`` over every step of ``rows`` (CoT episodes on dev), each nudged so it
+    retrieves somewhere; never retrieving is the sweep's own point (:data:`NEVER`, added by the threshold method)."""
     vals = np.array([d["signals"][signal] for r in rows for d in r["decisions"] if signal in d.get("signals", {})],
                     dtype=float)
     vals = vals[np.isfinite(vals)]
@@ -48,16 +80,19 @@ def retrieval_rate(rows: list[dict]) -> float:
     return sum(r["calls"] for r in rows) / decisions if decisions else 0.0
 
 
-def calibrate(m: MethodSpec, runner: Any, dev: range, grid: list[float], modes: list[str | None]
+def calibrate(m: MethodSpec, runner: Any, dev: range, grid: list[float | str], modes: list[str | None]
               ) -> tuple[dict, list[dict]]:
-    """Sweep (mode, threshold) on dev: ``(best point, sweep)``, best by reward (ties: fewer calls)."""
+    """Sweep (mode, threshold) on dev: ``(best point, sweep)``, best by reward (ties: fewer calls; among equal
+    calls the earlier point). The never-fire point :data:`NEVER` runs once, with no query mode (it retrieves
+    nothing, so the mode is moot), before the others: it wins every exact tie at 0 calls."""
+    points = ([(None, NEVER)] if any(is_never(t) for t in grid) else []) + [
+        (mode, t) for mode in modes for t in grid if not is_never(t)]
     sweep = []
-    for mode in modes:
-        for t in grid:
-            r = runner.run(m.make_trigger(threshold=t), "dev", dev, tag=tag(m.name, mode, f"{t:.6g}"), env=m.env,
-                           mode=mode, querygen=m.uses_querygen())
-            sweep.append({"threshold": t, "mode": mode, "accuracy": r["accuracy"], "calls": r["calls_per_question"],
-                          "reward": r["reward"]})
+    for mode, t in points:
+        r = runner.run(m.make_trigger(threshold=t), "dev", dev, tag=tag(m.name, mode, threshold_label(t)), env=m.env,
+                       mode=mode, querygen=m.uses_querygen())
+        sweep.append({"threshold": t, "mode": mode, "accuracy": r["accuracy"], "calls": r["calls_per_question"],
+                      "reward": r["reward"]})
     return max(sweep, key=lambda s: (s["reward"], -s["calls"])), sweep
 
 

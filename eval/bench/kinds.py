@@ -130,19 +130,23 @@ class TriggerMethod(MethodSpec):
 @METHOD_KINDS.register("threshold")
 @dataclass
 class ThresholdMethod(MethodSpec):
-    """A step signal against a threshold calibrated on dev (best reward; ties: fewer calls)."""
+    """A step signal against a threshold calibrated on dev (best reward; ties: fewer calls). The dev sweep starts
+    with the never-fire point (``never``: the trigger never retrieves, the row is CoT's in the method's env), so
+    where retrieval does not pay on dev the calibrated trigger is CoT, never a worse threshold."""
 
     report_kind = "fixed"
     kind: str = helpf("threshold", KIND_HELP)
     signal: str | None = helpf(None, "the step signal (info['signals'] name, e.g. minprob, rsus, or a plug-in's)")
     direction: str = helpf("below", "retrieve when the signal is 'below' or 'above' the threshold")
     thresholds: list[float] | None = helpf(None, "the dev sweep grid (null: quantiles of the signal under CoT "
-                                                 "on dev)")
+                                                 "on dev); the never-fire point 'never' is always swept too")
     fixed_threshold: float | None = helpf(None, "use this value instead of calibrating (for baselines whose "
                                                 "published operating point is part of the method, e.g. RSUS τ = "
-                                                "0.65); it is still reported as fixed")
+                                                "0.65); it is still reported as fixed, and it has no never-fire "
+                                                "point: the published operating point is run as it is")
     query_modes: list[str] = helpf([], _QUERY_MODES_HELP)
-    curve: bool = helpf(True, "also sweep the grid on test for the plot's curve (when test_curves is on)")
+    curve: bool = helpf(True, "also sweep the grid on test for the plot's curve (when test_curves is on; the "
+                              "never-fire point is its 0-calls end)")
 
     def validate(self) -> None:
         super().validate()
@@ -163,10 +167,12 @@ class ThresholdMethod(MethodSpec):
             raise ConfigError(f"method '{self.name}': unknown signal '{self.signal}' (known: "
                               f"{', '.join(sorted(known_signals))})")
 
-    def make_trigger(self, threshold: float | None = None, p: float | None = None, seed: int = 0):
+    def make_trigger(self, threshold: float | str | None = None, p: float | None = None, seed: int = 0):
+        """The signal trigger at ``threshold`` (``'never'``, :data:`calibration.NEVER`: one that never fires)."""
         from policies.triggers import TRIGGERS
 
-        t = TRIGGERS.make("threshold", self.signal, float(threshold), self.direction, name=self.name)
+        t = TRIGGERS.make("threshold", self.signal, calibration.signal_threshold(threshold, self.direction),
+                          self.direction, name=self.name)
         t.name = self.name
         return t
 
@@ -184,24 +190,36 @@ class ThresholdMethod(MethodSpec):
         grid = self.thresholds or calibration.auto_grid(cot_dev["episodes"], self.signal, self.direction)
         if self.fixed_threshold is None and not grid:
             raise Skip(f"signal '{self.signal}' has no finite values on dev")
-        points = [self.fixed_threshold] if self.fixed_threshold is not None else grid
+        # the sweep: never retrieving first (it wins exact ties), then the grid; a fixed threshold is run as given
+        points = [self.fixed_threshold] if self.fixed_threshold is not None else [calibration.NEVER, *grid]
         best, sweep = calibration.calibrate(self, runner, ctx.dev, points, modes)
         chosen, mode = best["threshold"], best["mode"]
-        ctx.calib[self.name] = {"grid": grid, "sweep": sweep, "chosen": chosen, "mode": mode,
-                                "dev_reward": best["reward"]}
-        calibration.log.info("%s: threshold %.6g%s (%s)", self.name, chosen, f", query mode {mode}" if mode else "",
+        ctx.calib[self.name] = {"grid": grid if self.fixed_threshold is not None else points, "sweep": sweep,
+                                "chosen": chosen, "mode": mode, "dev_reward": best["reward"], "dev_calls": best["calls"]}
+        never = calibration.is_never(chosen)
+        calibration.log.info("%s: %s%s (%s)", self.name, "never retrieve (the never-fire point)" if never else
+                             f"threshold {calibration.threshold_label(chosen)}", f", query mode {mode}" if mode else "",
                              "fixed by the config" if self.fixed_threshold is not None else "calibrated on dev")
-        res = runner.run(self.make_trigger(threshold=chosen), "test", ctx.test, tag=tag(self.name, mode,
-                         f"{chosen:.6g}"), env=self.env, mode=mode)
-        res["threshold"], res["query_mode"] = chosen, mode or (self.env.get("query_modes") or [None])[0]
+        res = runner.run(self.make_trigger(threshold=chosen), "test", ctx.test,
+                         tag=tag(self.name, mode, calibration.threshold_label(chosen)), env=self.env, mode=mode)
+        res["threshold"] = chosen
+        res["query_mode"] = None if never else mode or (self.env.get("query_modes") or [None])[0]
         if runner.cfg.test_curves and self.curve and grid:
-            curve = []
-            for t in sorted(set(grid) | {chosen}):
-                r = runner.run(self.make_trigger(threshold=t), "test", ctx.test, tag=tag(self.name, mode, f"{t:.6g}"),
-                               env=self.env, mode=mode)
-                curve.append({"threshold": t, "accuracy": r["accuracy"], "calls": r["calls_per_question"]})
-            res["curve"] = sorted(curve, key=lambda c: c["calls"])
+            res["curve"] = self._test_curve(ctx, points if self.fixed_threshold is None else [*grid, chosen], mode)
         return res
+
+    def _test_curve(self, ctx: RunContext, points: list[float | str], mode: str | None) -> list[dict[str, Any]]:
+        """The accuracy-vs-calls curve on test: every sweep point at the chosen query mode (the never-fire point
+        with none: it retrieves nothing), by calls."""
+        thresholds = [calibration.NEVER] * any(calibration.is_never(t) for t in points) + sorted(
+            {float(t) for t in points if not calibration.is_never(t)})
+        curve = []
+        for t in thresholds:
+            m = None if calibration.is_never(t) else mode
+            r = ctx.runner.run(self.make_trigger(threshold=t), "test", ctx.test,
+                               tag=tag(self.name, m, calibration.threshold_label(t)), env=self.env, mode=m)
+            curve.append({"threshold": t, "accuracy": r["accuracy"], "calls": r["calls_per_question"]})
+        return sorted(curve, key=lambda c: c["calls"])
 
     def replay(self, env_config: EnvConfig, calib: dict[str, Any]) -> tuple[EnvConfig, Any, str | None, bool]:
         return env_config, self.make_trigger(threshold=calib["chosen"]), calib.get("mode"), False

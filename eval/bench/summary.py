@@ -10,6 +10,7 @@ import numpy as np
 
 from envs.core.config import ConfigError
 from eval import stats
+from eval.bench.calibration import is_never
 from eval.bench.config import BenchConfig, parse_slice
 from eval.bench.runner import Runner
 
@@ -39,7 +40,9 @@ def summarize(cfg: BenchConfig, runner: Runner, results: dict[str, dict], calib:
             "threshold": r.get("threshold"), "curve": r.get("curve"),
             "lambda": getattr(m, "lam", None) if m.report_kind == "learned" else None,
             "harm_rate": (float(np.mean(qual[name] < qual[ref] - 1e-9)) if ref and name != ref else None),
-            "query_mode": r.get("query_mode") or m.query_mode or ("policy's QueryGen head" if m.uses_querygen() else None),
+            # the never-fire point retrieves nothing: no query mode
+            "query_mode": None if is_never(r.get("threshold")) else (r.get("query_mode") or m.query_mode or (
+                "policy's QueryGen head" if m.uses_querygen() else None)),
             "dev_reward": calib.get(name, {}).get("dev_reward"),
             # the task's answer metrics (F1 and EM; lenient and strict accuracy) and how the episodes ended
             "metrics": r.get("metrics"), "no_answer_share": r.get("no_answer_share"),
@@ -58,17 +61,7 @@ def summarize(cfg: BenchConfig, runner: Runner, results: dict[str, dict], calib:
     matched = [{"budget": b, "method": k, "accuracy": stats.accuracy_at_budget(curves[k], b)}
                for b in budgets for k in methods]
     dominance = _dominance(methods, curves, _learned_groups(kinds, learned), fixed)
-    # the best fixed trigger is chosen on DEV (its calibrated dev reward), then reported on test: choosing it on
-    # test would hand the fixed side a selection bias the learned side does not get
-    best_fixed = max(fixed, key=lambda k: (calib.get(k, {}).get("dev_reward", -np.inf), -methods[k]["calls"])
-                     ) if fixed else None
-    notes = [f"Reward = quality − {cfg.lambda_retrieval:g} · retrieval calls. Thresholds (and query modes where "
-             f"listed) calibrated on dev {cfg.dev} (best reward), evaluated on test {cfg.test}. Harm rate: share of "
-             f"test questions whose quality is below {ref}'s."]
-    if best_fixed:
-        mode = methods[best_fixed].get("query_mode")
-        notes.append(f"Best fixed trigger (chosen on dev reward {calib[best_fixed]['dev_reward']:.3f}): {best_fixed}"
-                     f"{f' with {mode} queries' if mode else ''} — test reward {methods[best_fixed]['reward']:.3f}.")
+    best_fixed, notes = _best_fixed(cfg, methods, fixed, calib, ref)
     oracles = [k for k in results if kinds[k].ceiling]
     oracle = max(oracles, key=lambda k: methods[k]["reward"]) if oracles else None  # the highest ceiling
     gap = {}
@@ -109,6 +102,33 @@ def summarize(cfg: BenchConfig, runner: Runner, results: dict[str, dict], calib:
         "calibration": calib, "skipped": skipped, "best_fixed": best_fixed, "oracle": oracle,
         "oracle_gap": gap,
     }
+
+
+def _best_fixed(cfg: BenchConfig, methods: dict[str, dict], fixed: list[str], calib: dict, ref: str | None
+                ) -> tuple[str | None, list[str]]:
+    """``(the best fixed trigger, the notes on calibration)``. The best fixed trigger is chosen on DEV (its
+    calibrated dev reward; ties: fewer dev calls), then reported on test: choosing it on test would hand the fixed
+    side a selection bias the learned side does not get. A threshold trigger's sweep holds the never-fire point, so
+    the best fixed trigger is CoT's row where retrieval does not pay on dev — the notes say so."""
+    best_fixed = max(fixed, key=lambda k: (calib.get(k, {}).get("dev_reward", -np.inf),
+                                           -calib.get(k, {}).get("dev_calls", methods[k]["calls"]))) if fixed else None
+    notes = [f"Reward = quality − {cfg.lambda_retrieval:g} · retrieval calls. Thresholds (and query modes where "
+             f"listed) calibrated on dev {cfg.dev} (best reward; ties: fewer calls; every calibrated threshold "
+             f"trigger's sweep includes the never-fire point, i.e. never retrieve), evaluated on test {cfg.test}. "
+             f"Harm rate: share of test questions whose quality is below {ref}'s."]
+    never = [k for k in methods if is_never(methods[k].get("threshold"))]
+    if never:
+        notes.append(f"Calibrated to never fire on dev (threshold 'never': retrieval did not pay at λ = "
+                     f"{cfg.lambda_retrieval:g}; each row is CoT in its env, 0 calls): {', '.join(never)}.")
+    if best_fixed:
+        mode = methods[best_fixed].get("query_mode")
+        point = (" at its never-fire point (never retrieves: the row is CoT's)" if best_fixed in never
+                 else f" with {mode} queries" if mode else "")
+        dev = calib.get(best_fixed, {}).get("dev_reward")
+        how = f"chosen on dev reward {dev:.3f}" if dev is not None else "no fixed trigger was calibrated on dev"
+        notes.append(f"Best fixed trigger ({how}): {best_fixed}{point} — test reward "
+                     f"{methods[best_fixed]['reward']:.3f}.")
+    return best_fixed, notes
 
 
 def _seed_pooled_notes(cfg: BenchConfig, kinds: dict, results: dict, learned: list[str], best_fixed: str | None,

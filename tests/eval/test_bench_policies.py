@@ -182,17 +182,20 @@ def test_query_modes_are_calibrated_on_dev_and_the_best_fixed_is_chosen_on_dev(t
                                        "cache_path": str(tmp_path / "cache.sqlite")}, test="6:12", test_curves=False)
     s = run_bench(cfg)
     cal = s["calibration"]["MinProb[q]"]
-    assert {r["mode"] for r in cal["sweep"]} == set(modes)
+    # the grid once per mode; the never-fire point once, first, with no mode (it retrieves nothing)
+    assert {r["mode"] for r in cal["sweep"][1:]} == set(modes) and cal["sweep"][0]["mode"] is None
+    assert cal["sweep"][0]["threshold"] == "never" and cal["sweep"][0]["calls"] == 0
     best = max(cal["sweep"], key=lambda r: (r["reward"], -r["calls"]))
     assert (cal["mode"], cal["chosen"]) == (best["mode"], best["threshold"])
-    assert s["methods"]["MinProb[q]"]["query_mode"] == best["mode"]
+    assert s["methods"]["MinProb[q]"]["query_mode"] == (None if best["threshold"] == "never" else best["mode"])
     assert {r["mode"] for r in s["calibration"]["FLARE"]["sweep"]} == {None}
     # the fixed mode is what the env retrieved with
     path, = (tmp_path / "bench" / "per_question" / "test").glob("IRCoT_info_need_*greedy.jsonl")
     rows = [json.loads(x) for x in path.read_text().splitlines()]
     assert all(d["action"][1] == 1 for r in rows for d in r["decisions"] if d["action"][0] == 1)
     fixed = [k for k, v in s["methods"].items() if v["kind"] == "fixed"]
-    assert s["best_fixed"] == max(fixed, key=lambda k: (s["calibration"][k]["dev_reward"], -s["methods"][k]["calls"]))
+    assert s["best_fixed"] == max(fixed, key=lambda k: (s["calibration"][k]["dev_reward"],
+                                                        -s["calibration"][k]["dev_calls"]))
     assert s["calibration"]["learned"]["chosen"] in (0.3, 0.7)
     g = s["oracle_gap"]["learned"]
     assert g["lo"] <= g["fraction"] <= g["hi"] or not np.isfinite(g["fraction"])
