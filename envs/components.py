@@ -56,14 +56,16 @@ class Components:
     #: the retrieval step's hooks (selector, evidence transform, after regeneration, listeners): by default the
     #: ones the config names (:meth:`envs.hooks.LoopHooks.from_config`)
     hooks: LoopHooks | None = None
+    #: why U_verb cannot be had on this env although its signals need it (the backend cannot be asked and there is no
+    #: proxy; info["masked_reasons"] says it per step); ``None`` when it is asked, proxied or not configured — found
+    #: from the config and the reasoner when the components are built
+    verb_unavailable: str | None = None
 
     def __post_init__(self) -> None:
         if self.hooks is None:
             self.hooks = LoopHooks.from_config(self.config, self.prefetcher)
-        #: why U_verb cannot be had on this env although its signals need it (the backend cannot be asked, no
-        #: proxy); ``None`` when it is asked, proxied or not configured (info["masked_reasons"] says it per step)
-        self.verb_unavailable: str | None = None
-        if confidence_question(self.config) is not None and getattr(self.reasoner, "confidence", None) is None:
+        if (self.verb_unavailable is None and confidence_question(self.config) is not None
+                and getattr(self.reasoner, "confidence", None) is None):
             from agents.reasoners.confidence import confidence_unavailable
 
             self.verb_unavailable = confidence_unavailable(self.reasoner) or "the reasoner does not ask"
