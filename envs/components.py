@@ -18,6 +18,7 @@ from envs.env_signals import (  # noqa: F401  (the signal builders: their old ho
     DETECTORS,
     EIGEN_SAMPLES,
     _extractor,
+    confidence_question,
     model_facts,
     model_side_signals,
     observation_groups,
@@ -55,10 +56,19 @@ class Components:
     #: the retrieval step's hooks (selector, evidence transform, after regeneration, listeners): by default the
     #: ones the config names (:meth:`envs.hooks.LoopHooks.from_config`)
     hooks: LoopHooks | None = None
+    #: why U_verb cannot be had on this env although its signals need it (the backend cannot be asked and there is no
+    #: proxy; info["masked_reasons"] says it per step); ``None`` when it is asked, proxied or not configured — found
+    #: from the config and the reasoner when the components are built
+    verb_unavailable: str | None = None
 
     def __post_init__(self) -> None:
         if self.hooks is None:
             self.hooks = LoopHooks.from_config(self.config, self.prefetcher)
+        if (self.verb_unavailable is None and confidence_question(self.config) is not None
+                and getattr(self.reasoner, "confidence", None) is None):
+            from agents.reasoners.confidence import confidence_unavailable
+
+            self.verb_unavailable = confidence_unavailable(self.reasoner) or "the reasoner does not ask"
 
     @property
     def has_labels(self) -> bool:
@@ -186,10 +196,11 @@ def build_components(config: EnvConfig) -> Components:
 RECORD_VERSION = 4
 
 
-def _namespace(kind: str, identity, config: EnvConfig) -> str:
+def _namespace(kind: str, identity, config: EnvConfig, reasoner: Any = None) -> str:
     """What the outcomes of an env depend on, hashed. Files enter by their *content* (artifact, probe weights,
     prebuilt index, data file) — never by path — so a moved clone or a ``ray job submit`` working-dir copy reuses
-    its cache, and a retrained probe in the same folder does not replay stale scores."""
+    its cache, and a retrained probe in the same folder does not replay stale scores. ``reasoner``: the env's, when
+    it asks a side question after each step (RSUS's U_verb by prompt) — the question enters then, and only then."""
     from envs.core.io import content_fingerprint
 
     outcome_fields = {k: v for k, v in config.to_dict().items()
@@ -237,6 +248,12 @@ def _namespace(kind: str, identity, config: EnvConfig) -> str:
     if config.rsus_options.verb_proxy:  # the U_verb proxy enters by its weights' content, not its path
         outcome_fields["rsus_options"] = {**outcome_fields["rsus_options"],
                                           "verb_proxy": content_fingerprint(config.rsus_options.verb_proxy)}
+    asked = getattr(reasoner, "confidence", None)
+    if asked is not None:  # U_verb by prompt: the reply is part of each record (its tokens, seconds and value)
+        outcome_fields["verbal_confidence"] = asked.identity()
+    if outcome_fields.get("rsus_options"):  # the side question's budget enters with the question, when it is asked
+        outcome_fields["rsus_options"] = {k: v for k, v in outcome_fields["rsus_options"].items()
+                                          if k != "verb_max_tokens"}
     if not outcome_fields.get("rsus_options"):  # default RSUS settings: the namespace of runs before the field
         outcome_fields.pop("rsus_options", None)
     if outcome_fields.get("content_layers") is None:  # default layers (or content off): as before the field
@@ -253,7 +270,7 @@ def build_reasoner(config: EnvConfig, world: Any = None):
     (``micro`` over ``world`` or the config's artifact; any registered backend with ``reasoner_options``)."""
     from agents.reasoners.base import BranchingReasoner
 
-    if config.reasoner_service is not None:
+    if config.reasoner_service is not None:  # (a replica builds its reasoner here too: it asks U_verb's question)
         unserved = {"compress_evidence": ("evidence compression scores sentences with the model's attention"
                                           if config.compress_evidence else None),
                     "signals 'eigen'": ("EigenScore samples hidden states of continuations"
@@ -272,8 +289,9 @@ def build_reasoner(config: EnvConfig, world: Any = None):
             from envs.core.microworld.artifact import load_artifact
 
             world = load_artifact(config.artifact)
-        return MicroReasoner(world, max_step_tokens=config.max_step_tokens,  # DRAGIN's RIND / QFS: eager attention
-                             capture_attentions="rind" in config.signals, eager="qfs" in config.query_modes)
+        return with_confidence(config, MicroReasoner(  # DRAGIN's RIND / QFS: eager attention
+            world, max_step_tokens=config.max_step_tokens, capture_attentions="rind" in config.signals,
+            eager="qfs" in config.query_modes))
     from agents.reasoners.registry import make_reasoner
 
     extra = {}
@@ -291,6 +309,23 @@ def build_reasoner(config: EnvConfig, world: Any = None):
         raise ValueError(f"reasoner '{config.reasoner}' does not implement agents.reasoners.base.BranchingReasoner "
                          "(snapshot / restore / with_evidence: the env's trajectory cache and batched regeneration "
                          "need them)")
+    return with_confidence(config, reasoner)
+
+
+def with_confidence(config: EnvConfig, reasoner):
+    """``reasoner``, asking RSUS's U_verb question after every step when the env's signals need it
+    (:func:`envs.env_signals.confidence_question`) and the backend can answer; a backend that cannot keeps U_verb
+    masked (logged once here; ``info["masked_reasons"]`` says it per step)."""
+    q = confidence_question(config)
+    if q is None:
+        return reasoner
+    from agents.reasoners.confidence import confidence_unavailable
+
+    why = confidence_unavailable(reasoner)
+    if why is None:
+        reasoner.confidence = q
+    else:
+        log.warning("RSUS U_verb is masked on reasoner '%s': %s", config.reasoner, why)
     return reasoner
 
 
@@ -327,7 +362,7 @@ def qa_components(config: EnvConfig, task: Any = None) -> Components:
         probes = {name: DETECTORS.make("probe", path, expected_model_id=mid, model_layers=n_layers)
                   for name, path in config.probes.items()}
     return Components(config, task, reasoner, retriever, QueryGenerator(list(config.query_modes)), extractor,
-                      _namespace(config.reasoner, [ident, corpus.fingerprint(), _task_file(task)], config),
+                      _namespace(config.reasoner, [ident, corpus.fingerprint(), _task_file(task)], config, reasoner),
                       feature_dims, probes, prefetcher)
 
 

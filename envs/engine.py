@@ -118,8 +118,9 @@ def _query(c: Any, ep: Episode, mode: int) -> str:
 
 def _generate(c: Any, jobs: list[RecordJob]) -> None:
     """One batched generation of ``jobs``' steps from their conditioned states, then their signals' batched work
-    (EigenScore's samples): the signals that continue from the state (k-sample consistency, EigenScore, verbal
-    confidence) sample from that same state."""
+    (EigenScore's samples): the signals that continue from the state (k-sample consistency, EigenScore) sample from
+    that same state. RSUS's verbal confidence is asked inside the generation call, after each new step, by a reasoner
+    whose ``confidence`` is set (:mod:`agents.reasoners.confidence`): batched the same way, its cost in the step's."""
     for job, (step, after) in zip(jobs, c.reasoner.next_step([job.cond for job in jobs]) if jobs else []):
         job.step, job.after = step, after
     c.precompute([job.step for job in jobs], [job.cond for job in jobs])
@@ -150,7 +151,9 @@ def _record(c: Any, ep: Episode, job: RecordJob, own: float) -> StepRecord:
                       chain_object=chain_object, compression=job.compression, rerank=job.rerank,
                       # (a reasoner service bounds the evidence next to the model: its step says how many it cut)
                       evidence_truncated=job.truncated or int((step.meta or {}).get("evidence_truncated", 0)),
-                      final=step.is_answer or bool(getattr(after, "done", False)))
+                      final=step.is_answer or bool(getattr(after, "done", False)),
+                      # the side question's reply (its tokens and seconds are in the step's): a replay does not ask
+                      verbal_confidence=(step.meta or {}).get("confidence_reply"))
 
 
 __all__ = ["make_records"]

@@ -16,7 +16,7 @@ Example:
     >>> EnvConfig.from_dict({"rsus_options": {"n_sampels": 2}}, where="TrainConfig.env_config")
     Traceback (most recent call last):
     ...
-    envs.core.config.ConfigError: TrainConfig.env_config.rsus_options: unknown config key 'n_sampels' (valid keys: agreement, bm25_k, cons_only_at_markers, n_samples, verb_proxy, weights); did you mean 'n_samples'?
+    envs.core.config.ConfigError: TrainConfig.env_config.rsus_options: unknown config key 'n_sampels' (valid keys: agreement, bm25_k, cons_only_at_markers, n_samples, verb_max_tokens, verb_proxy, weights); did you mean 'n_samples'?
 """
 
 from __future__ import annotations
@@ -62,9 +62,11 @@ class RSUSOptions(ConfigBase):
                                       "fitted with `kairos train rsus-weights`; the weights follow rsus_components")
     verb_proxy: str | None = helpf(None, "a probe directory of kind rsus_proxy: U_verb for reasoners that cannot "
                                          "state a confidence (needs 'verb' in rsus_components)")
+    verb_max_tokens: int | None = helpf(None, "U_verb by prompt (hf / vllm with a chat template, openai with api: "
+                                              "chat): the reply's token budget of the side question (default 16)")
 
     def validate(self, where: str = "RSUSOptions") -> None:
-        for k in ("n_samples", "bm25_k"):
+        for k in ("n_samples", "bm25_k", "verb_max_tokens"):
             v = getattr(self, k)
             if v is not None and v < 1:
                 raise ConfigError(f"{where}.{k} must be an integer >= 1, got {v!r}")
@@ -86,8 +88,9 @@ class RSUSOptions(ConfigBase):
         return {k: v for k, v in super().to_dict().items() if v is not None}
 
     def rsus_config(self) -> dict[str, Any]:
-        """The set keys that are :class:`agents.signals.rsus.RSUSConfig` fields (not the weights or the proxy)."""
-        return {k: v for k, v in self.to_dict().items() if k not in ("weights", "verb_proxy")}
+        """The set keys that are :class:`agents.signals.rsus.RSUSConfig` fields (not the weights, the proxy or the
+        side question's budget)."""
+        return {k: v for k, v in self.to_dict().items() if k not in ("weights", "verb_proxy", "verb_max_tokens")}
 
 
 @dataclass
@@ -188,14 +191,16 @@ class EnvConfig(ConfigBase):
     content_layers: list[int] | None = helpf(None, "layers of the content embeddings (group 'content': question, "
                                                    "step and context embeddings from the reasoner's own hidden "
                                                    "states; default: the middle and the last layer)")
-    rsus_components: list[str] = helpf(["ent", "cons"], "RSUS parts to compute (verb needs a proxy or a chatty LM)")
+    rsus_components: list[str] = helpf(["ent", "cons"], "RSUS parts to compute (verb: asked of the model after each "
+                                                        "step — hf / vllm with a chat template, openai with api: chat "
+                                                        "— or from rsus_options.verb_proxy; masked otherwise)")
     rsus_options: RSUSOptions = field(default_factory=RSUSOptions, metadata={"help": (
         "RSUS settings (agents.signals.rsus.RSUSConfig): n_samples (U_cons k, default 3), "
         "cons_only_at_markers (U_cons only at steps with a discourse marker), agreement "
         "(jaccard | exact), bm25_k (U_ent hits per entity), weights (a weight set by name "
         "or path: paper = 0.40/0.35/0.25, or one fitted with `kairos train rsus-weights`), "
         "verb_proxy (a probe directory of kind rsus_proxy: U_verb for reasoners that cannot "
-        "state a confidence)")})
+        "state a confidence), verb_max_tokens (U_verb by prompt: the reply's token budget, default 16)")})
     probes: dict[str, str] = helpf({}, "learned detectors to expose as signals: name -> saved probe directory "
                                        "(e.g. {pulse_prob: runs/probes/pulse}); checked against the reasoner")
     cache_path: str | None = helpf(None, "trajectory cache SQLite file (None: in memory)")

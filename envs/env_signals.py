@@ -95,6 +95,24 @@ def rsus_weights(config: EnvConfig) -> tuple[float, float, float]:
     return w  # type: ignore[return-value]
 
 
+def confidence_question(config: EnvConfig):
+    """The side question an env of ``config`` asks its reasoner after every step
+    (:class:`agents.reasoners.confidence.ConfidenceQuestion`), or ``None`` when its signals do not need it: asked
+    exactly when RSUS is computed with ``verb`` in ``rsus_components``, a weight on it, and no learned proxy
+    (``rsus_options.verb_proxy``) in its place. Whether the backend can answer is the reasoner's to say
+    (:func:`agents.reasoners.confidence.confidence_unavailable`)."""
+    from agents.reasoners.confidence import ConfidenceQuestion
+
+    fields = group_signals()
+    computes_rsus = "rsus" in [n for g in record_groups(config) for n in fields[g]]
+    if not computes_rsus or "verb" not in config.rsus_components or config.rsus_options.verb_proxy:
+        return None
+    if rsus_weights(config)[0] <= 0:
+        return None
+    tokens = config.rsus_options.verb_max_tokens
+    return ConfidenceQuestion() if tokens is None else ConfidenceQuestion(max_tokens=int(tokens))
+
+
 def reads_hidden_states(name: str) -> bool:
     """Whether the registered signal ``name`` reads the model's internals (hidden states or attentions)."""
     from agents.signals.base import SIGNALS

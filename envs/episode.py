@@ -48,6 +48,7 @@ class StepRecord:
     compression: dict | None = None             # evidence compression of this retrieval (sentences, tokens)
     rerank: dict | None = None                  # SeaKR's re-ranking: each candidate passage's EigenScore
     evidence_truncated: int = 0                 # passages of this retrieval cut to fit the context window
+    verbal_confidence: dict | None = None       # RSUS's U_verb asked after the step: reply, value, tokens, seconds
 
 
 @dataclass

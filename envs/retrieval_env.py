@@ -360,7 +360,9 @@ class RetrievalTimingEnv(gym.Env):
         ``regenerated_step``: the step's text after the evidence; ``evidence_truncated``: the passages of this
         retrieval cut to fit the reasoner's context window, 0 when none), the episode's tokens and seconds so far; at the
         end the answer (``answer``: the last line, ``answer_content``: what is scored, ``None`` without a usable
-        answer) and its ``quality`` — NaN for an ungraded task, whose ``metrics`` are empty."""
+        answer) and its ``quality`` — NaN for an ungraded task, whose ``metrics`` are empty. With RSUS's U_verb asked
+        of the model: ``verbal_confidence`` (the side question's reply, value, tokens, seconds); ``masked_reasons``:
+        why a masked signal is masked, where known (``u_verb``)."""
         retrieved = retrieved or {"query": None, "passage_ids": []}
         ep = self.ep
         rec = ep.record
@@ -388,6 +390,11 @@ class RetrievalTimingEnv(gym.Env):
             "tokens": ep.tokens,
             "seconds": round(ep.seconds, 6),
         }
+        if rec.verbal_confidence is not None:  # RSUS's U_verb asked after the step (its cost is in the step's)
+            info["verbal_confidence"] = dict(rec.verbal_confidence)
+        reasons = self._masked_reasons(rec, info["masked_signals"])
+        if reasons:
+            info["masked_reasons"] = reasons
         if rec.label is not None:
             info["label"] = rec.label
             info["error_kind"] = rec.error_kind
@@ -399,6 +406,14 @@ class RetrievalTimingEnv(gym.Env):
             info["answer_status"] = ep.answer_status
             info["episode"] = list(ep.log)
         return info
+
+    def _masked_reasons(self, rec, masked: list[str]) -> dict[str, str]:
+        """Why a masked signal is masked, where the env knows: U_verb — the model's reply stated no usable
+        confidence, or the backend cannot be asked."""
+        if "u_verb" not in masked:
+            return {}
+        why = (rec.verbal_confidence or {}).get("masked") or getattr(self.c, "verb_unavailable", None)
+        return {"u_verb": why} if why else {}
 
     def render(self):
         ep = self.ep

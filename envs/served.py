@@ -68,8 +68,18 @@ class ServedReasoner:
         self.n_layers, self.hidden_size = info["n_layers"], info["hidden_size"]
         if not info["answer_prompt"]:
             self.with_answer_prompt = None  # type: ignore[assignment]  (closing is masked, as for the backend)
+        # RSUS's U_verb by prompt: the replicas ask (inside next_step, batched with every client's steps); the steps
+        # come back with the reply in their meta. Here: what the env's namespace and masking reasons read
+        from agents.reasoners.confidence import ConfidenceQuestion
+
+        self.confidence = ConfidenceQuestion(**info["confidence"]) if info.get("confidence") else None
+        self._confidence_unavailable = info.get("confidence_unavailable")
         self._offset = os.getpid() % len(self.replicas)  # runners start filling different replicas
         self.client_id = uuid.uuid4().hex  # the replicas' batchers wait for the active clients' requests
+
+    def confidence_unavailable(self) -> str | None:
+        """Why the served backend cannot be asked for its confidence (``None``: it can)."""
+        return self._confidence_unavailable
 
     # -- cheap operations: written on the state, applied next to the model with the next generation
     def start(self, question: str, context: list[str] | None = None) -> ServedState:

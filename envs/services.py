@@ -137,6 +137,7 @@ class ReasonerReplica:
         """What a client needs to stand in for the reasoner (capabilities, model facts, ids), plus where it runs."""
         import ray
 
+        from agents.reasoners.confidence import confidence_unavailable
         from envs.components import model_facts
 
         r = self.reasoner
@@ -146,6 +147,8 @@ class ReasonerReplica:
                 "cfg_model": getattr(getattr(r, "cfg", None), "model", None),
                 "n_layers": n_layers, "hidden_size": hidden_size, "batches_itself": self.direct,
                 "answer_prompt": callable(getattr(r, "with_answer_prompt", None)),
+                "confidence": (asdict(r.confidence) if getattr(r, "confidence", None) is not None else None),
+                "confidence_unavailable": confidence_unavailable(r),
                 "pid": os.getpid(), "node_id": node,
                 "node_resources": next((n.get("Resources", {}) for n in ray.nodes() if n.get("NodeID") == node), {})}
 

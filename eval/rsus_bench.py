@@ -9,8 +9,10 @@ variants; the overhead of a variant is its CPU time over the CPU time of generat
   (so, therefore, because, …): the configuration the ≤ 15 % target is about;
 * ``ent+cons@all`` — U_cons at every step.
 
-U_verb is not timed: a 135M model does not answer the confidence prompt (the learned proxy is a small MLP on
-surface features, microseconds). CPU time (``time.process_time``) is used because on a shared machine
+U_verb is not timed here: asked of the model (``agents.reasoners.confidence``: a side turn after each step, hf /
+vllm with a chat template, openai with api: chat) it is a generation whose tokens and seconds the env charges to the
+step's cost (``info["verbal_confidence"]``); SmolLM2-135M states a usable number in most, not all, of its replies.
+The learned proxy is a small MLP on surface features and a MiniLM sentence embedding. CPU time (``time.process_time``) is used because on a shared machine
 wall-clock time measures the neighbours. Prints a table, writes ``rsus_bench.json``.
 
 Example (shell)::

@@ -207,6 +207,17 @@ class HFReasoner(TextStepReasoner):
             outs += [(r, dt) for r in res]
         return outs
 
+    def _complete(self, gens: list[GenState], max_tokens: int, stop_ids: set[int]) -> list[tuple[list[int], float]]:
+        outs = []
+        for i in range(0, len(gens), self.cfg.max_batch):
+            chunk = gens[i: i + self.cfg.max_batch]
+            t0 = time.perf_counter()
+            res = generate_steps(self.model, chunk, stop_ids=set(stop_ids), header_end_id=None, pad_id=self.pad_id,
+                                 max_new_tokens=int(max_tokens), capture_hidden=False)
+            dt = (time.perf_counter() - t0) / max(1, len(chunk))
+            outs += [(list(r.ids), dt) for r in res]
+        return outs
+
     def _line(self, ids: list[int]) -> str:
         if self.segmenter is not None:  # free-form: the step is the whole text the segmenter cut
             return " ".join(self.tok.decode(ids, skip_special_tokens=True).split())

@@ -210,6 +210,12 @@ class MicroReasoner:
         """Closed-book (or front-evidence) greedy chains for many questions, batched."""
         return run_chains(self, questions, max_steps, front)
 
+    def confidence_unavailable(self) -> str:
+        """The micro-world LM cannot be asked for its confidence (RSUS's U_verb): it writes steps, it has no chat
+        turn to answer a question about them in."""
+        return ("the micro-world LM has no chat turn to ask its confidence in (U_verb from the learned proxy: "
+                "rsus_options.verb_proxy)")
+
 def snapshot(state: MicroState) -> dict:
     """A picklable description of a state (no KV cache) for the trajectory cache."""
     snap = {"question": state.question, "front": state.front, "steps": state.steps,

@@ -19,6 +19,9 @@ true entropy; ``top_logprobs=0`` leaves entropies unset). ``capabilities.logprob
 and turns ``False`` (with a warning) the first time the server answers without logprobs; call
 :meth:`OpenAIReasoner.probe` to settle it before building signal masks.
 
+RSUS's U_verb by prompt (:mod:`agents.reasoners.confidence`, ``api="chat"``): with ``confidence`` set, a side request
+after each step (user: the question; assistant: the chain up to the step; user: the prompt), sent concurrently.
+
 Example:
     >>> r = OpenAIReasoner(OpenAIReasonerConfig(base_url="http://127.0.0.1:8000/v1", model="qwen"))  # doctest: +SKIP
     >>> (step, s), = r.next_step([r.start("Who wrote Faust?")]); step.text                      # doctest: +SKIP
@@ -44,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from agents.reasoners.base import Capabilities, Step, run_chains
+from agents.reasoners.confidence import ConfidenceQuestion, record_confidence
 from agents.segmentation import STEP_INSTRUCTION, clean_content, join_forced, parse_header
 from envs.core.config import ConfigBase, ConfigError, helpf
 
@@ -145,6 +149,8 @@ class OpenAIReasoner:
         self.cfg = cfg or OpenAIReasonerConfig()
         self.capabilities = Capabilities(hidden_states=False, logprobs=self.cfg.logprobs, attentions=False,
                                          sampling=True)
+        #: the side question asked after every step (RSUS's U_verb; set by the env when its signals need it)
+        self.confidence: ConfidenceQuestion | None = None
 
     # ------------------------------------------------------------------ the context window (estimated)
     @property
@@ -424,16 +430,46 @@ class OpenAIReasoner:
         return OpenAIState(question, tuple(context or ()))
 
     def next_step(self, states: list[OpenAIState]) -> list[tuple[Step, OpenAIState]]:
-        """The next line of every state (one request each, sent concurrently)."""
+        """The next line of every state (one request each, sent concurrently); with :attr:`confidence` set, then
+        each new step's confidence (one side request each, sent concurrently)."""
         if any(s.done for s in states):
             raise ValueError("next_step on a finished state (state.done is True)")
-        return self._map(self._one, states)
+        return self._steps(states)
 
     def regenerate(self, states: list[OpenAIState], evidence: list[list[str]], mode: str = "step"
                    ) -> list[tuple[Step, OpenAIState]]:
         """Regenerate the next line with ``Evidence:`` lines after the transcript (``step``) or in the
         user message before the question (``front``)."""
-        return self._map(self._one, [self.with_evidence(s, ev, mode) for s, ev in zip(states, evidence)])
+        return self._steps([self.with_evidence(s, ev, mode) for s, ev in zip(states, evidence)])
+
+    def _steps(self, states: list[OpenAIState]) -> list[tuple[Step, OpenAIState]]:
+        out = self._map(self._one, states)
+        if self.confidence is not None and out:
+            q = self.confidence
+            self._map(lambda r: self._ask_one(r[0], r[1], q), out)
+        return out
+
+    # ------------------------------------------------------------------ verbal confidence (a side request)
+    def confidence_unavailable(self) -> str | None:
+        """Why this endpoint cannot be asked for its confidence (``None``: it can — the chat api)."""
+        if self.cfg.api != "chat":
+            return (f"api '{self.cfg.api}' has no chat turn to ask the confidence in (set reasoner_options.api: chat "
+                    "for an instruct model behind /chat/completions)")
+        return None
+
+    def _ask_one(self, step: Step, after: OpenAIState, q: ConfidenceQuestion) -> None:
+        """The side request after ``step`` (its chain in ``after``), greedy: the reply into ``step``."""
+        msgs = [{"role": "system", "content": self.cfg.system_prompt}] if self.cfg.system_prompt else []
+        msgs += [{"role": "user", "content": self._user(after)}, {"role": "user", "content": q.prompt}]
+        msgs.insert(-1, {"role": "assistant", "content": "".join(after.transcript).rstrip("\n")})
+        t0 = time.perf_counter()
+        out = self._post("/chat/completions", {"model": self.cfg.model, "messages": msgs, "max_tokens": q.max_tokens,
+                                               "temperature": 0.0, "n": 1})
+        choice, usage = out["choices"][0], out.get("usage") or {}
+        reply = self._choice_text(choice).strip()
+        tokens = int(usage.get("completion_tokens") or 0) or (self.count_tokens(reply) if reply else 0)
+        record_confidence(step, reply, tokens=tokens, seconds=time.perf_counter() - t0,
+                          complete=choice.get("finish_reason") != "length", prompt_tokens=usage.get("prompt_tokens"))
 
     # ------------------------------------------------------------------ BranchingReasoner (the env drives it)
     def snapshot(self, state: OpenAIState) -> dict:

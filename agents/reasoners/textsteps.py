@@ -19,6 +19,11 @@ token.
   reuses the prefix); ``front`` mode puts the passages in the user message and re-encodes everything.
 * **Snapshots** are plain data (question, front evidence, transcript, token ids): the trajectory cache stores them,
   a service sends them, and :meth:`TextStepReasoner.restore` rebuilds the state (caches are recomputed on use).
+* **Verbal confidence** (RSUS's U_verb, :mod:`agents.reasoners.confidence`): with ``confidence`` set, every batch of
+  new steps is followed by one batched side turn — the chat template's end of the assistant turn, the confidence
+  prompt as a user turn and the generation prompt, appended to each step's own token ids (the chain's KV / prefix
+  cache is reused), greedy until the end of turn — and the reply lands in ``step.meta``. The chain's states are not
+  touched. Needs a chat template (:meth:`TextStepReasoner.confidence_unavailable` says why not).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agents.reasoners.base import Step, run_chains
+from agents.reasoners.confidence import ConfidenceQuestion, record_confidence, side_turn_suffix
 from agents.reasoners.models import SMOLLM2
 from agents.reasoners.stepgen import GenState, StepOutput
 from agents.segmentation import STEP_INSTRUCTION, clean_content, join_forced, parse_header
@@ -119,6 +125,8 @@ class TextStepReasoner:
 
     cfg: TextStepConfig
     segmenter: Any = None  # a learned boundary segmenter ends steps instead of newlines (the hf backend's option)
+    #: the side question asked after every step (RSUS's U_verb; set by the env when its signals need it)
+    confidence: ConfidenceQuestion | None = None
 
     def _init_text(self, tokenizer, cfg: TextStepConfig, *, n_layers: int, hidden_size: int,
                    eos_ids: set[int], stop_ids: set[int] | None = None) -> None:
@@ -137,6 +145,11 @@ class TextStepReasoner:
              ) -> list[tuple[StepOutput, float]]:
         """Advance every state by one step: ``(output, seconds attributed to it)`` each (greedy unless ``sample``;
         ``no_stop_first``: per row, the first token may not end the step — answer closing)."""
+        raise NotImplementedError
+
+    def _complete(self, gens: list[GenState], max_tokens: int, stop_ids: set[int]) -> list[tuple[list[int], float]]:
+        """Greedy free text from every state (a side turn): ``(generated ids, seconds attributed to it)`` each, ended
+        by a token of ``stop_ids`` (kept as the last id) or after ``max_tokens``; no signals captured."""
         raise NotImplementedError
 
     @property
@@ -247,12 +260,49 @@ class TextStepReasoner:
         return step, new
 
     def next_step(self, states: list[TextState]) -> list[tuple[Step, TextState]]:
-        """Generate the next line of every state (batched, greedy)."""
+        """Generate the next line of every state (batched, greedy); with :attr:`confidence` set, then ask each new
+        step's confidence in one batched side turn (the chain is unchanged)."""
         if any(s.done for s in states):
             raise ValueError("next_step on a finished state (state.done is True)")
         # a closing line (text written for the model) must say something: no stop token first
         res = self._generate([s.gen for s in states], no_stop_first=[bool(s.forced) for s in states])
-        return [self._to_step(s, *r) for s, r in zip(states, res)]
+        out = [self._to_step(s, *r) for s, r in zip(states, res)]
+        if self.confidence is not None and out:
+            self._ask_confidence(out, self.confidence)
+        return out
+
+    # ------------------------------------------------------------------ verbal confidence (a side turn)
+    def confidence_unavailable(self) -> str | None:
+        """Why this model cannot be asked for its confidence in a side turn (``None``: it can)."""
+        if not (self.cfg.use_chat_template and getattr(self.tok, "chat_template", None)):
+            return (f"model {self.cfg.model} has no chat template (or use_chat_template is off): no side turn to ask "
+                    "its confidence in")
+        if self._side_suffix(ConfidenceQuestion().prompt) is None:
+            return f"the chat template of {self.cfg.model} does not render an assistant turn's text as it is"
+        return None
+
+    def _side_suffix(self, prompt: str) -> list[int] | None:
+        memo = self.__dict__.setdefault("_side_suffixes", {})
+        if prompt not in memo:
+            text = side_turn_suffix(self.tok, prompt, self.cfg.system_prompt)
+            memo[prompt] = None if text is None else self._encode(text)
+        return memo[prompt]
+
+    def _ask_confidence(self, results: list[tuple[Step, TextState]], q: ConfidenceQuestion) -> None:
+        """One batched side turn after every new step (see the module docstring)."""
+        suffix = self._side_suffix(q.prompt)
+        if suffix is None:
+            raise ValueError(self.confidence_unavailable() or "no side turn")
+        gens = []
+        for _, after in results:
+            g = after.gen
+            if g.ids and g.ids[-1] in self.eos_ids:  # the model closed its turn: the template closes it again
+                g = GenState(g.ids[:-1], g.cache, min(g.n_cached, len(g.ids) - 1))
+            gens.append(g.extend(suffix))
+        for (step, _), (ids, dt) in zip(results, self._complete(gens, q.max_tokens, self.eos_ids)):
+            complete = bool(ids) and ids[-1] in self.eos_ids
+            record_confidence(step, self.tok.decode(ids, skip_special_tokens=True).strip(), tokens=len(ids),
+                              seconds=dt, complete=complete, prompt_tokens=len(suffix))
 
     def with_evidence(self, state: TextState, evidence: list[str], mode: str = "step") -> TextState:
         """The state whose next step is the regeneration of ``state``'s next step with ``evidence``.

@@ -176,6 +176,16 @@ class VLLMReasoner(TextStepReasoner):
         dt = (time.perf_counter() - t0) / max(1, len(reqs))
         return [(self._output(g, r, capture), dt) for g, r in zip(gens, results)]
 
+    def _complete(self, gens: list[GenState], max_tokens: int, stop_ids: set[int]) -> list[tuple[list[int], float]]:
+        from agents.reasoners.vllm_engine import StepRequest
+
+        reqs = [StepRequest(prompt_ids=list(g.ids), max_tokens=int(max_tokens), stop_ids=sorted(stop_ids),
+                            temperature=0.0) for g in gens]
+        t0 = time.perf_counter()
+        results = self.engine.generate(reqs)
+        dt = (time.perf_counter() - t0) / max(1, len(reqs))
+        return [(list(r.token_ids), dt) for r in results]
+
     def _output(self, gen: GenState, res, capture: bool) -> StepOutput:
         """A finished request as the step output :func:`~agents.reasoners.stepgen.generate_steps` would give."""
         ids = list(res.token_ids)

@@ -70,6 +70,10 @@ _NOT_ENTITIES = frozenset({
 
 SURFACE_FEATURES = ("hedges", "entities", "words", "discourse_marker", "numbers")
 
+#: what a U_verb proxy may read: ``surface`` features alone, or with the step's all-MiniLM-L6-v2 sentence embedding
+#: (``surface+minilm``: the paper's "SBERT + surface features")
+PROXY_FEATURES = ("surface", "surface+minilm")
+
 _HEADER = re.compile(r"^\s*(?:Step\s*\d+|Answer|Evidence|Question)\s*:\s*", re.IGNORECASE)
 _ENTITY = re.compile(r"\b[A-Z][\w'\-]*(?:\s+[A-Z][\w'\-]*)*")
 _MARKERS = re.compile(r"\b(?:" + "|".join(re.escape(m) for m in DISCOURSE_MARKERS) + r")\b")
@@ -122,9 +126,30 @@ def proxy_features(texts: Sequence[str], embeddings: np.ndarray | None = None) -
 
 
 # ---------------------------------------------------------------------------------------------- U_verb
+#: what a reply may echo that is not its confidence: a step or answer header's index (``Step 2:``, the model going
+#: on with its chain) and the scale of the question (``0-100``, ``0 to 100``)
+_NOT_CONFIDENCE = re.compile(r"\b(?:step|answer)\s*\d+\s*:?|\b0\s*(?:-|–|to)\s*100\b", re.IGNORECASE)
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def confidence_match(text: str) -> re.Match | None:
+    """Where the confidence of a reply is: the first number that is not a step index (``Step 2:``) or the question's
+    scale (``0-100``); ``None`` when there is none (see :func:`parse_confidence`)."""
+    masked = _NOT_CONFIDENCE.sub(lambda m: " " * len(m.group(0)), text or "")
+    return _NUMBER.search(masked)
+
+
 def parse_confidence(text: str) -> float | None:
-    """The first number in ``text`` if it lies in [0, 100] (``"about 85%"`` -> 85.0), else ``None``."""
-    m = re.search(r"\d+(?:\.\d+)?", text or "")
+    """The confidence a reply states: its first number that is not a step index or the scale, if it lies in [0, 100],
+    else ``None`` (never a made-up value).
+
+    Example:
+        >>> parse_confidence("I'd say about 85%."), parse_confidence("Step 2: so the answer is 80"), parse_confidence("none")
+        (85.0, 80.0, None)
+        >>> parse_confidence("On a scale of 0-100: 90"), parse_confidence("250")
+        (90.0, None)
+    """
+    m = confidence_match(text)
     if m is None:
         return None
     c = float(m.group(0))

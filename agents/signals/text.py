@@ -41,24 +41,33 @@ class MiniLMEncoder:
         self._model = AutoModel.from_pretrained(path, local_files_only=True).eval()
         self._torch = torch
 
-    def __call__(self, texts: list[str]) -> np.ndarray:
+    def __call__(self, texts: list[str], batch: int = 128) -> np.ndarray:
+        """``[len(texts), 384]`` float32 embeddings (the texts not memoised yet are encoded ``batch`` at a time)."""
+        if not texts:
+            return np.zeros((0, DIM), dtype=np.float32)
         with self._lock:
             todo = [t for t in dict.fromkeys(texts) if t not in self._memo]
-            if todo:
-                if self._model is None:
-                    self._load()
-                torch = self._torch
-                with torch.no_grad():
-                    enc = self._tok(todo, padding=True, truncation=True, max_length=128, return_tensors="pt")
-                    h = self._model(**enc).last_hidden_state
-                    m = enc["attention_mask"].unsqueeze(-1).to(h.dtype)
-                    v = (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
-                    v = torch.nn.functional.normalize(v, dim=-1).numpy().astype(np.float32)
-                for t, row in zip(todo, v):
-                    self._memo[t] = row
-                    if len(self._memo) > self._max:
-                        self._memo.popitem(last=False)
-            return np.stack([self._memo[t] for t in texts])
+            if todo and self._model is None:
+                self._load()
+            out = {}
+            for lo in range(0, len(todo), batch):
+                chunk = todo[lo: lo + batch]
+                out.update(zip(chunk, self._encode(chunk)))
+            rows = [out[t] if t in out else self._memo[t] for t in texts]
+            for t, row in out.items():
+                self._memo[t] = row
+                if len(self._memo) > self._max:
+                    self._memo.popitem(last=False)
+            return np.stack(rows)
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        torch = self._torch
+        with torch.no_grad():
+            enc = self._tok(texts, padding=True, truncation=True, max_length=128, return_tensors="pt")
+            h = self._model(**enc).last_hidden_state
+            m = enc["attention_mask"].unsqueeze(-1).to(h.dtype)
+            v = (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
+            return torch.nn.functional.normalize(v, dim=-1).numpy().astype(np.float32)
 
 
 _ENCODER: MiniLMEncoder | None = None

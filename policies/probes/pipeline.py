@@ -43,6 +43,9 @@ class ProbeTrainConfig(ConfigBase):
                             "'chosen': a probe per interval [a, b] (every one with b - a >= 2), the best validation "
                             "AUROC kept, as the PUlSE paper's Figure 4 protocol; the search is recorded with the probe")
     pooling: str = helpf("", "hidden-state pooling: mean | last (empty: mean for pulse, last for reprobe)")
+    proxy_features: str = helpf("surface+minilm", "rsus_proxy: surface+minilm (the paper's SBERT + surface features: "
+                                                  "the step's all-MiniLM-L6-v2 embedding and its surface features) "
+                                                  "| surface (surface features alone)")
     parts: str = helpf("both", "PUlSE features: both | magnitude | angle (ablations)")
     split: str = helpf("question", "train/val split: question (group split) | entity (entity-disjoint)")
     val_frac: float = helpf(0.3, "validation share (of questions, or of steps for the entity split)")
@@ -64,6 +67,11 @@ class ProbeTrainConfig(ConfigBase):
     def validate(self) -> None:
         if self.signal not in ("pulse", "reprobe", "rsus_proxy"):
             raise ConfigError(f"ProbeTrainConfig: unknown signal '{self.signal}' (valid: pulse, reprobe, rsus_proxy)")
+        from agents.signals.rsus import PROXY_FEATURES
+
+        if self.proxy_features not in PROXY_FEATURES:
+            raise ConfigError(f"ProbeTrainConfig: unknown proxy_features '{self.proxy_features}' (valid: "
+                              f"{', '.join(PROXY_FEATURES)})")
         if self.split not in ("question", "entity"):
             raise ConfigError(f"ProbeTrainConfig: unknown split '{self.split}' (valid: question, entity)")
         if self.pooling not in ("", "mean", "last"):
@@ -108,7 +116,7 @@ def make_spec(cfg: ProbeTrainConfig, n_layers: int, model_id: str | None = None)
         return FeatureSpec("pulse", layers=layers, pooling=cfg.pooling or "mean", parts=cfg.parts)
     if cfg.signal == "reprobe":
         return FeatureSpec("reprobe", pooling=cfg.pooling or "last")
-    return FeatureSpec("rsus_proxy", pooling="none", extra="surface")
+    return FeatureSpec("rsus_proxy", pooling="none", extra=cfg.proxy_features)
 
 
 def reference_scores(ds) -> dict[str, np.ndarray]:

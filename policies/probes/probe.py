@@ -62,7 +62,9 @@ class FeatureSpec:
         layers: PUlSE layer interval ``[a, b]`` (``None`` for the others).
         pooling: ``mean`` | ``last`` hidden-state pooling (``last`` for ReProbe).
         parts: PUlSE ``both`` | ``magnitude`` | ``angle``.
-        extra: free-form addition (RSUS proxy: ``surface`` or ``surface+embedding``).
+        extra: free-form addition (RSUS proxy: ``surface``; ``surface+minilm``: plus the step's all-MiniLM-L6-v2
+            sentence embedding, computed from its text — the paper's "SBERT + surface features";
+            ``surface+embedding``: plus an embedding handed in, ``step.meta["sentence_embedding"]`` at run time).
     """
 
     signal: str
@@ -111,7 +113,13 @@ class FeatureSpec:
             return h.reshape(h.shape[0], -1).astype(np.float32)
         from agents.signals.rsus import proxy_features
 
-        return proxy_features(texts or [], embeddings if "embedding" in self.extra else None)
+        if "minilm" in self.extra:  # the sentence encoder reads the step's text (memoised by text)
+            from agents.signals.text import encoder
+
+            embeddings = encoder()(list(texts or []))
+        elif "embedding" not in self.extra:
+            embeddings = None
+        return proxy_features(texts or [], embeddings)
 
     def step_features(self, step: Step) -> np.ndarray:
         """``[1, F]`` features of one live step. A step with no content tokens has no pooled states (the reasoner

@@ -102,6 +102,30 @@ def test_rsus_proxy_is_a_u_verb_callable(tmp_path):
     assert 0 <= plain < 0.5 < hedged <= 1
 
 
+def test_rsus_proxy_reads_the_minilm_sentence_embedding_in_training_and_at_run_time(tmp_path):
+    """The paper's "SBERT + surface features": the step's all-MiniLM-L6-v2 embedding (384) beside its 5 surface
+    features, computed from the text — in training and, for a live step, at run time (nothing in step.meta). The
+    labels here depend on what the step says (a company), which no surface feature sees."""
+    from agents.signals.text import MiniLMEncoder
+
+    rng = np.random.default_rng(3)
+    y = rng.integers(0, 2, 120)
+    texts = [f"Mira {i} works for {'the bakery' if e else 'the shipyard'} ." for i, e in enumerate(y)]
+    probe, hist = train_rsus_proxy(texts, y, np.arange(80), np.arange(80, 120), model_id="gpt-x", fit=FAST,
+                                   features="surface+minilm")
+    assert probe.spec.extra == "surface+minilm" and probe.mean.size == 5 + 384 and hist["best_val_auroc"] > 0.95
+    surface, _ = train_rsus_proxy(texts, y, np.arange(80), np.arange(80, 120), model_id="gpt-x", fit=FAST)
+    assert surface.mean.size == 5
+    probe.save(tmp_path / "p")
+    back = Probe.load(tmp_path / "p", expected_model_id="gpt-x", expected_spec={"signal": "rsus_proxy"})
+    live = back(Step(1, "Step 1: " + texts[100], texts[100], False))
+    assert live == pytest.approx(probe.predict_proba(probe.spec.compute(texts=[texts[100]]))[0], rel=1e-5)
+    fresh = MiniLMEncoder()  # nothing memoised: batching (and its padding) does not change an embedding
+    np.testing.assert_allclose(fresh(texts[:3], batch=2), probe.spec.compute(texts=texts[:3])[:, 5:], atol=1e-5)
+    with pytest.raises(ValueError, match="unknown RSUS proxy features 'sbert'"):
+        train_rsus_proxy(texts, y, np.arange(80), np.arange(80, 120), model_id="gpt-x", features="sbert")
+
+
 def test_fit_handles_a_single_class_validation_set():
     X = np.random.default_rng(0).normal(size=(40, 3)).astype(np.float32)
     y = np.r_[np.zeros(20), np.ones(10), np.ones(10)]

@@ -203,3 +203,38 @@ def test_an_env_on_the_vllm_backend_equals_the_hf_env():
             obs = {k: (r[0], r[4]) for k, r in res.items()}
     for e in envs.values():
         e.close()
+
+
+def test_the_confidence_side_turn_equals_the_hf_backend_and_leaves_the_chain(vllm_r, hf_r, tmp_path):
+    """RSUS's U_verb by prompt on vLLM: one batched side turn after the batch's steps, through the prefix cache of the
+    chain; the replies are the hf backend's, token for token, and the chain is the one without asking. Through the
+    env too: the reply in info, its tokens in the step's."""
+    from agents.reasoners.confidence import ConfidenceQuestion
+
+    states_v, states_h = [vllm_r.start(q) for q in QUESTIONS], [hf_r.start(q) for q in QUESTIONS]
+    plain = [s.text for s, _ in vllm_r.next_step(states_v)]
+    try:
+        vllm_r.confidence = hf_r.confidence = ConfidenceQuestion()
+        cached = vllm_r.engine.stats["cached_tokens"]
+        rv, rh = vllm_r.next_step(states_v), hf_r.next_step(states_h)
+        assert vllm_r.engine.stats["cached_tokens"] - cached >= 2 * 32 * len(QUESTIONS)  # step and side turn: cached
+    finally:
+        vllm_r.confidence = hf_r.confidence = None
+    assert [s.text for s, _ in rv] == plain == [s.text for s, _ in rh]
+    for (sv, av), (sh, _) in zip(rv, rh):
+        mv, mh = sv.meta["confidence_reply"], sh.meta["confidence_reply"]
+        assert mv["reply"] == mh["reply"] and mv["tokens"] == mh["tokens"] >= 1
+        assert sv.meta.get("verbal_confidence") == sh.meta.get("verbal_confidence")
+        assert sv.n_tokens == len(sv.token_ids) + sv.meta["blank_tokens"] + mv["tokens"]
+        assert av.gen.ids[-len(sv.token_ids):] == sv.token_ids  # the chain's state ends with the step, not the reply
+    from test_openai_env import _dataset
+
+    from envs.registration import make_env
+
+    env = make_env(config={"task": "hotpotqa", "data_path": str(_dataset(tmp_path / "hq.jsonl")), "split": "dev",
+                           "reasoner": "vllm", "reasoner_options": {"kv_cache_gib": 1}, "max_steps": 2,
+                           "max_step_tokens": 16, "signals": ["output", "rsus"], "rsus_components": ["verb", "ent"]})
+    _, info = env.reset(options={"question_index": 0})
+    vc = info["verbal_confidence"]
+    assert vc["tokens"] >= 1 and (("u_verb" in info["signals"]) == (vc["confidence"] is not None))
+    env.close()

@@ -101,6 +101,8 @@ def test_a_trained_u_verb_proxy_plugs_in_through_the_env_config(tmp_path):
     assert "u_verb" in info["signals"] and 0.0 <= info["signals"]["u_verb"] <= 1.0
     _, info0 = gym.make("kairos/MicroWorld-v0", config=base).reset(seed=0)
     assert "u_verb" in info0["masked_signals"]  # without a source U_verb is masked, never a silent 0
+    assert "micro-world LM has no chat turn" in info0["masked_reasons"]["u_verb"]  # ... and says why
+    assert "masked_reasons" not in info  # the proxy answers for it
     with pytest.raises(ConfigError, match="verb_proxy is set but 'verb' is not in rsus_components"):
         EnvConfig.from_dict({**base, "rsus_components": ["ent"],
                              "rsus_options": {"verb_proxy": str(tmp_path / "proxy")}})
