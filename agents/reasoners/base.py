@@ -41,6 +41,43 @@ class Step:
     seconds: float = 0.0                        # measured generation time attributed to this step
     n_tokens: int = 0                           # generated tokens (incl. header)
     meta: dict[str, Any] = field(default_factory=dict)
+    #: the text each content token adds to the line, in order (the end token has none): ``pieces[i]`` is the token
+    #: whose log-probability is ``logprobs[i]`` — what FLARE's masked query drops tokens from. Every builtin
+    #: backend fills it (``None``: a backend that cannot say; :func:`token_probs` then refuses)
+    pieces: list[str] | None = None
+
+
+def token_probs(step: Step, backend: str = "the reasoner") -> tuple[tuple[str, float], ...]:
+    """``(piece, probability)`` of each content token of ``step`` (FLARE's masked query reads them).
+
+    Raises:
+        ValueError: the step carries no token pieces or no log-probabilities (naming ``backend``): a method that
+            needs them must be masked for this backend, never run on something else.
+
+    Example:
+        >>> s = Step(1, "Step 1 : A is B .", "A is B .", False, logprobs=np.log([0.9, 0.8, 0.2, 0.7, 0.6]),
+        ...          pieces=[" A", " is", " B", " ."])
+        >>> [(p, round(q, 2)) for p, q in token_probs(s)]
+        [(' A', 0.9), (' is', 0.8), (' B', 0.2), (' .', 0.7)]
+    """
+    if step.logprobs is None or step.pieces is None:
+        missing = "log-probabilities" if step.logprobs is None else "token pieces"
+        raise ValueError(f"step {step.index} ({step.text!r}) from {backend} carries no per-token {missing}: a query "
+                         "that drops low-probability tokens (FLARE's masked query) cannot be built from it")
+    n = len(step.pieces)
+    if len(step.logprobs) < n:
+        raise ValueError(f"step {step.index} ({step.text!r}) from {backend}: {n} token pieces but only "
+                         f"{len(step.logprobs)} log-probabilities")
+    return tuple((str(p), float(np.exp(lp))) for p, lp in zip(step.pieces, step.logprobs[:n]))
+
+
+def content_pieces(ids: list[int], start: int, stop_ids: set[int] | frozenset[int], piece_of) -> list[str]:
+    """The pieces (:attr:`Step.pieces`) of a generated line's content tokens ``ids[start:]`` without a final stop
+    token; ``piece_of(content_ids)`` turns the ids into their texts."""
+    content = list(ids[start:])
+    if content and content[-1] in stop_ids:
+        content = content[:-1]
+    return list(piece_of(content)) if content else []
 
 
 @runtime_checkable

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from agents.reasoners.base import Capabilities, Step, run_chains
+from agents.reasoners.base import Capabilities, Step, content_pieces, run_chains
 from agents.reasoners.stepgen import GenState, generate_steps
 
 
@@ -120,7 +120,10 @@ class MicroReasoner:
                     token_ids=list(out.ids), logprobs=out.logprobs, entropies=out.entropies,
                     maxprobs=out.maxprobs, hidden_mean=out.hidden_mean, hidden_last=out.hidden_last,
                     hidden_first=out.hidden_first,
-                    finished=out.finished, seconds=dt, n_tokens=len(out.ids))
+                    finished=out.finished, seconds=dt, n_tokens=len(out.ids),
+                    # word-level tokens: each content token is one word of the line
+                    pieces=content_pieces(out.ids, len(out.ids) - len(out.logprobs), self.stop_ids,
+                                          lambda ids: [" " + self.tok.vocab[i] for i in ids]))
         if out.attn_received is not None:  # DRAGIN's RIND: attention received, and each content token's word
             step.meta["attn_received"] = out.attn_received
             ids = out.ids[out.header_len: out.header_len + len(out.attn_received)]

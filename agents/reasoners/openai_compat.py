@@ -364,7 +364,7 @@ class OpenAIReasoner:
         is_answer = h is not None and h.kind == "answer"
         finished = choice.get("finish_reason") != "length"
         eos = self._is_eos(choice)
-        lp = mp = ent = None
+        lp = mp = ent = pieces = None
         header_tokens = 0
         parsed = self._choice_logprobs(choice) if self.cfg.logprobs else None
         partial = None
@@ -401,9 +401,11 @@ class OpenAIReasoner:
                     header_tokens = keep
             lp, mp, ent = _token_signals(toks[header_tokens:keep], lps[header_tokens:keep],
                                          tops[header_tokens:keep])
+            pieces = list(toks[header_tokens:keep])  # the server's token strings: the text each one adds
             n_tokens = n_tokens or len(toks)
         step = Step(index=s.n_steps + 1, text=line, content=content, is_answer=is_answer, token_ids=[],
                     logprobs=lp, entropies=ent, maxprobs=mp, finished=finished, seconds=dt, n_tokens=n_tokens,
+                    pieces=pieces,
                     meta={"header_tokens": header_tokens, "finish_reason": choice.get("finish_reason"),
                           **({"logprobs_partial": partial} if partial else {})})
         n = s.n_steps + 1

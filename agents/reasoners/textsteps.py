@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.reasoners.base import Step, run_chains
+from agents.reasoners.base import Step, content_pieces, run_chains
 from agents.reasoners.confidence import ConfidenceQuestion, record_confidence, side_turn_suffix
 from agents.reasoners.models import SMOLLM2
 from agents.reasoners.stepgen import GenState, StepOutput
@@ -247,7 +247,9 @@ class TextStepReasoner:
                     token_ids=list(out.ids), logprobs=out.logprobs, entropies=out.entropies,
                     maxprobs=out.maxprobs, hidden_mean=out.hidden_mean, hidden_last=out.hidden_last,
                     hidden_first=out.hidden_first,
-                    finished=out.finished, seconds=dt, n_tokens=len(out.ids) + blank_tokens, meta=meta)
+                    finished=out.finished, seconds=dt, n_tokens=len(out.ids) + blank_tokens, meta=meta,
+                    pieces=content_pieces(out.ids, len(out.ids) - len(out.logprobs), self.stop_ids,
+                                          self._pieces))
         gen = out.state
         raw = blank_text + self.tok.decode(out.ids, skip_special_tokens=True)
         raw = join_forced(state.forced, raw) if state.forced else raw
@@ -258,6 +260,17 @@ class TextStepReasoner:
         new = TextState(state.question, state.front, state.transcript + (raw,), n, gen,
                       done=is_answer or eos or n >= self.cfg.max_steps)
         return step, new
+
+    def _pieces(self, ids: list[int]) -> list[str]:
+        """The text each token adds to the decoded content (the growth of the decoded prefix, so a tokenizer whose
+        lone tokens lose their leading space still joins back into the content)."""
+        out, prev = [], ""
+        for k in range(1, len(ids) + 1):
+            cur = self.tok.decode(ids[:k], skip_special_tokens=True)
+            out.append(cur[len(prev):] if cur.startswith(prev) else self.tok.decode([ids[k - 1]],
+                                                                                      skip_special_tokens=True))
+            prev = cur
+        return out
 
     def next_step(self, states: list[TextState]) -> list[tuple[Step, TextState]]:
         """Generate the next line of every state (batched, greedy); with :attr:`confidence` set, then ask each new

@@ -59,6 +59,7 @@ def test_steps_headers_and_max_steps(scripted):
     st = chain[0]
     assert st.content == "a b" and not st.is_answer and st.finished
     assert st.meta["header_tokens"] == 3 and len(st.logprobs) == 3  # 'a', 'b' and the newline
+    assert st.pieces == ["a", " b"]  # what each content token adds to the line (FLARE's masked query)
     assert st.hidden_mean.shape == (3, 32) and st.n_tokens == 6
     assert np.all(st.logprobs < 0) and np.all(st.entropies > 0)
 

@@ -119,6 +119,7 @@ def test_chain_with_logprobs(server, api):
         st = chain[0]
         assert st.content == "fact 1." and st.meta["header_tokens"] == 3 and st.finished
         np.testing.assert_allclose(st.logprobs, [-0.4, -0.5, -0.6], atol=1e-6)  # content tokens only
+        assert "".join(st.pieces).strip() == st.content and len(st.pieces) == 3  # the server's token strings
         np.testing.assert_allclose(st.maxprobs, np.exp([-0.4, -0.5, -0.6]), atol=1e-6)
         assert st.entropies is not None and np.all(st.entropies > 0)
         assert st.hidden_mean is None and st.n_tokens == 6

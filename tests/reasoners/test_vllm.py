@@ -67,6 +67,7 @@ def test_greedy_chains_and_signals_equal_the_hf_backend(vllm_r, hf_r):
             n_steps += 1
             assert sv.token_ids == sh.token_ids and sv.meta["header_tokens"] == sh.meta["header_tokens"]
             assert sv.finished == sh.finished and sv.is_answer == sh.is_answer
+            assert sv.pieces == sh.pieces and len(sv.pieces) <= len(sv.logprobs)  # FLARE's masked query reads them
             _close(sv.logprobs, sh.logprobs, 1e-4, "logprobs")
             _close(sv.entropies, sh.entropies, 1e-4, "entropies")
             _close(sv.maxprobs, sh.maxprobs, 1e-4, "maxprobs")
