@@ -21,6 +21,11 @@ Built-in modes (:data:`DEFAULT_MODES` is the QueryGen action set, in this order)
   ``What is [entity]'s [relation]?`` (micro-world steps parse exactly: ``Mira 's mother is Tovan .`` ->
   ``What is Mira 's mother ?``; other text uses the heuristics of :func:`entity_relation`).
 - ``question`` (registered, not in the default set): the question alone (the Single-RAG query).
+- ``question_or_last_step`` (registered, not in the default set): IRCoT's query — the question before the first
+  step is accepted, then the last accepted step (the newest sentence of the chain). Retrieving with it on step
+  ``i``'s draft and regenerating step ``i`` is IRCoT's "retrieve with the last sentence, then write the next one".
+- ``masked:<β>`` (a factory, not in the default set): FLARE's masked query — the step with every token whose
+  probability is below ``β`` removed (``masked:0.4``; the env keeps each step's token probabilities for it).
 - ``qfs`` (registered, not in the default set): DRAGIN's query formulation by self-attention — the env computes
   it from the reasoner's attention (:func:`agents.signals.attention.qfs_terms`) and passes it in the context.
 
@@ -66,12 +71,14 @@ def register_query_mode(name: str) -> Callable[[QueryFn], QueryFn]:
 
 #: name prefix -> "module:factory" turning the rest of the name into a query callable (resolved by string: the
 #: generative QueryGen lives in the policies layer above this one)
-MODE_FACTORIES: dict[str, str] = {"gen": "policies.querygen.model:query_mode_from_checkpoint"}
+MODE_FACTORIES: dict[str, str] = {"gen": "policies.querygen.model:query_mode_from_checkpoint",
+                                   "masked": "agents.query:masked_query_mode"}
 
 
 def get_query_mode(name: str) -> QueryFn:
     """The mode registered as ``name``; ``gen:<checkpoint>`` (a trained generative QueryGen, see
-    :mod:`policies.querygen`); or the callable at dotted path ``package.module:function``."""
+    :mod:`policies.querygen`); ``masked:<β>`` (FLARE's masked query, :func:`masked_query_mode`); or the callable at
+    dotted path ``package.module:function``."""
     prefix, _, arg = name.partition(":")
     if prefix in MODE_FACTORIES and arg:
         return import_dotted(MODE_FACTORIES[prefix], "query mode factory")(arg)
@@ -317,6 +324,68 @@ def qfs_mode(step_text: str, question: str | None = None, context: Mapping[str, 
 def question_query(step_text: str, question: str | None = None, context: Mapping[str, Any] | None = None) -> str:
     """The question alone (what Single RAG retrieves with)."""
     return (question or "").strip()
+
+
+@register_query_mode("question_or_last_step")
+def question_or_last_step_query(step_text: str, question: str | None = None,
+                                context: Mapping[str, Any] | None = None) -> str:
+    """IRCoT's query: the question while no step is accepted, then the last accepted step (``context`` gives
+    ``prior_steps``, the accepted steps in order — the env passes them; without them it is the question)."""
+    prior = list((context or {}).get("prior_steps") or [])
+    last = clean_step(prior[-1]) if prior else ""
+    return last or (question or "").strip()
+
+
+#: the prefix of FLARE's masked query mode (``masked:<β>``)
+MASKED_PREFIX = "masked"
+
+
+def masked_query(token_probs: Sequence[tuple[str, float]], beta: float) -> str:
+    """The step's tokens with every token of probability below ``beta`` removed, joined (FLARE's masked query;
+    FLARE's released code keeps a token when its probability exceeds β: the two differ only at equality).
+
+    Example:
+        >>> masked_query([(" Mira", 0.9), (" 's", 0.95), (" mother", 0.6), (" is", 0.9), (" Tovan", 0.1),
+        ...               (" .", 0.8)], 0.4)
+        "Mira 's mother is ."
+    """
+    return " ".join("".join(p for p, q in token_probs if q >= beta).split())
+
+
+def masked_query_mode(arg: str) -> QueryFn:
+    """The query mode ``masked:<β>``: :func:`masked_query` of the step's token probabilities, which the env passes
+    as ``context["token_probs"]`` (it keeps them in each step's record when a ``masked:`` mode is in its
+    ``query_modes``). A step whose every token is below β asks with the question (FLARE's released code then
+    falls back to the input as its query). A step without token probabilities is an error, never another query.
+
+    Example:
+        >>> fn = masked_query_mode("0.5")
+        >>> fn("Step 1 : A is B .", "Q ?", {"token_probs": [(" A", 0.9), (" is", 0.9), (" B", 0.2), (" .", 0.7)]})
+        'A is .'
+    """
+    try:
+        beta = float(arg)
+    except ValueError:
+        raise ValueError(f"query mode '{MASKED_PREFIX}:{arg}': β must be a number in [0, 1] (e.g. "
+                         f"'{MASKED_PREFIX}:0.4')") from None
+    if not 0.0 <= beta <= 1.0:
+        raise ValueError(f"query mode '{MASKED_PREFIX}:{arg}': β must be in [0, 1], got {beta}")
+
+    def masked(step_text: str, question: str | None = None, context: Mapping[str, Any] | None = None) -> str:
+        probs = (context or {}).get("token_probs")
+        if probs is None:
+            raise ValueError(f"query mode '{MASKED_PREFIX}:{arg}' (FLARE's masked query) reads the step's token "
+                             f"probabilities, and this step has none ({step_text!r}): the env keeps them only with "
+                             "the mode in its query_modes, from a reasoner that returns token log-probabilities")
+        return masked_query(probs, beta) or (question or "").strip()
+
+    masked.beta = beta  # type: ignore[attr-defined]
+    return masked
+
+
+def needs_token_probs(modes: Sequence[str]) -> bool:
+    """Whether a query mode of ``modes`` reads the step's token probabilities (FLARE's ``masked:<β>``)."""
+    return any(str(m).partition(":")[0] == MASKED_PREFIX for m in modes)
 
 
 # -------------------------------------------------------------------------------------------- generator

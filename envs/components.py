@@ -238,6 +238,9 @@ def _namespace(kind: str, identity, config: EnvConfig, reasoner: Any = None) -> 
         outcome_fields.pop("self_refine", None)
     if not config.rerank:  # likewise
         outcome_fields.pop("rerank", None)
+    for key in ("passages_per_retrieval", "max_evidence_passages"):  # at their defaults: as before the options
+        if outcome_fields.get(key) == getattr(defaults, key):
+            outcome_fields.pop(key, None)
     if not config.compress_evidence:  # off (the default): the namespace of runs made before the option existed
         outcome_fields.pop("compress_evidence", None)
         outcome_fields.pop("tau_rel", None)

@@ -111,6 +111,8 @@ def _query(c: Any, ep: Episode, mode: int) -> str:
     """The query of the current step in query mode ``mode`` (QueryGen's formulations; DRAGIN's QFS reads the
     reasoner's attention over the text)."""
     context: dict[str, Any] = {"prior_steps": list(ep.accepted_steps)}
+    if ep.record.tokens is not None:  # FLARE's masked query drops the step's low-probability tokens
+        context["token_probs"] = ep.record.tokens
     if c.querygen.modes[mode] == "qfs":
         context["qfs"] = c.qfs(c.question_text(ep.q), list(ep.accepted_steps), ep.record.text)
     return c.querygen(ep.record.text, {"question": c.question_text(ep.q), "context": context}, mode)
@@ -153,7 +155,21 @@ def _record(c: Any, ep: Episode, job: RecordJob, own: float) -> StepRecord:
                       evidence_truncated=job.truncated or int((step.meta or {}).get("evidence_truncated", 0)),
                       final=step.is_answer or bool(getattr(after, "done", False)),
                       # the side question's reply (its tokens and seconds are in the step's): a replay does not ask
-                      verbal_confidence=(step.meta or {}).get("confidence_reply"))
+                      verbal_confidence=(step.meta or {}).get("confidence_reply"),
+                      tokens=_token_probs(c, step))
+
+
+def _token_probs(c: Any, step: Any) -> tuple | None:
+    """The step's ``(piece, probability)`` per content token when a query mode of the env reads them (FLARE's
+    masked query), else ``None`` (the records of every other env stay as they were). A reasoner that gives no token
+    probabilities is an error naming it, never a query built from something else."""
+    from agents.query import needs_token_probs
+
+    if not needs_token_probs(c.querygen.modes):
+        return None
+    from agents.reasoners.base import token_probs
+
+    return token_probs(step, f"reasoner '{c.config.reasoner}'")
 
 
 __all__ = ["make_records"]

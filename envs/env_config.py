@@ -140,7 +140,16 @@ class EnvConfig(ConfigBase):
                                      "(a FlashRAG corpus); a prebuilt index_path must have been built from it")
     retriever: str = helpf("bm25", "a registered retriever (agents.retrievers.index.RETRIEVERS): bm25 | colbert")
     index_path: str | None = helpf(None, "prebuilt index directory (default: build BM25 in memory)")
-    top_k: int = helpf(3, "passages retrieved per query; the first one not used before is injected")
+    top_k: int = helpf(3, "passages retrieved per query; the first passages_per_retrieval of them not used before "
+                          "are injected")
+    passages_per_retrieval: int = helpf(1, "passages injected per retrieval: the first N of the top_k not injected "
+                                           "before for this question (1: the PUlSE protocol; IRCoT and Single RAG as "
+                                           "published inject the top K, deduplicated); at most top_k", ge=1)
+    max_evidence_passages: int | None = helpf(None, "at most this many passages injected in one episode, all "
+                                                    "retrievals together (IRCoT caps the paragraphs it collects at "
+                                                    "15): a retrieval past it injects only what still fits — nothing, "
+                                                    "and the step stands; the call still counts. null: no cap",
+                                              ge=1)
     injection: str = helpf("step", "where evidence goes: step (right before the regenerated step) | front")
     compress_evidence: bool = helpf(False, "keep only the evidence sentences the flagged step attends to "
                                     "(relative attention importance >= tau_rel; agents.compression)")
@@ -287,6 +296,12 @@ class EnvConfig(ConfigBase):
         if self.rerank == "eigenscore" and self.compress_evidence:
             raise ConfigError(f"{where}: rerank and compress_evidence together are not supported (the re-ranked "
                               "candidates are injected whole): set one of them")
+        if self.passages_per_retrieval > self.top_k:
+            raise ConfigError(f"{where}: passages_per_retrieval ({self.passages_per_retrieval}) injects more passages "
+                              f"than a search returns (top_k {self.top_k}): set top_k >= passages_per_retrieval")
+        if self.rerank and self.passages_per_retrieval != 1:
+            raise ConfigError(f"{where}: rerank '{self.rerank}' picks the one passage a retrieval injects: set "
+                              "passages_per_retrieval: 1 (or rerank: null)")
         if self.prefetch_queries < 1:
             raise ConfigError(f"{where}: prefetch_queries must be >= 1, got {self.prefetch_queries}")
         if self.prefetch and self.retriever_service is not None:
@@ -305,7 +320,7 @@ class EnvConfig(ConfigBase):
                               f"is cut), got {self.max_step_tokens}")
         if not self.query_modes:
             raise ConfigError(f"{where}: query_modes must name at least one query formulation")
-        from agents.query import MODE_FACTORIES, QUERY_MODES
+        from agents.query import MASKED_PREFIX, MODE_FACTORIES, QUERY_MODES, get_query_mode
         from agents.reasoners.registry import REASONERS
         from agents.retrievers.index import RETRIEVERS
 
@@ -323,6 +338,11 @@ class EnvConfig(ConfigBase):
         for mode in self.query_modes:
             if mode.partition(":")[0] not in MODE_FACTORIES:
                 QUERY_MODES.check(mode, f"{where}.query_modes", ConfigError)
+            elif mode.partition(":")[0] == MASKED_PREFIX:  # its argument (β) is checked here, on the driver
+                try:
+                    get_query_mode(mode)
+                except ValueError as e:
+                    raise ConfigError(f"{where}.query_modes: {e}") from None
         groups, names = config_groups(), signal_names()
         bad = [s for s in self.signals if s not in groups and s not in names]
         if bad:

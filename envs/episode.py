@@ -49,6 +49,8 @@ class StepRecord:
     rerank: dict | None = None                  # SeaKR's re-ranking: each candidate passage's EigenScore
     evidence_truncated: int = 0                 # passages of this retrieval cut to fit the context window
     verbal_confidence: dict | None = None       # RSUS's U_verb asked after the step: reply, value, tokens, seconds
+    tokens: tuple | None = None                 # (piece, probability) per content token: kept only when a query
+    #                                             mode reads them (FLARE's masked query; agents.query.needs_token_probs)
 
 
 @dataclass

@@ -86,12 +86,16 @@ AFTER_REGENERATION: Registry[Any] = Registry("after-regeneration hook")
 # ------------------------------------------------------------------------------------------------- the defaults
 @RETRIEVAL_SELECTORS.register("first_unused")
 class FirstUnused:
-    """The first of the top-k passages not injected yet for this question (none when every one was)."""
+    """The first ``passages_per_retrieval`` of the top-k passages not injected yet for this question (none when
+    every one was), within the episode's ``max_evidence_passages`` (IRCoT's cap on the paragraphs it collects)."""
 
     def choose(self, cfg: Any, ep: Episode, hits: list) -> list:
         from agents.retrievers.base import SelectionConfig, select_passages
 
-        return select_passages(hits, ep.used, SelectionConfig(top_k=cfg.top_k))
+        n = int(getattr(cfg, "passages_per_retrieval", 1))
+        fresh = select_passages(hits, ep.used, SelectionConfig(top_k=cfg.top_k, n_inject=n))
+        cap = getattr(cfg, "max_evidence_passages", None)
+        return fresh if cap is None else fresh[: max(0, int(cap) - len(set(ep.used)))]
 
     def select(self, c: Any, cfg: Any, eps: list[Episode], jobs: list[RecordJob], ranked: list[list]) -> None:
         for ep, job, hits in zip(eps, jobs, ranked):
