@@ -7,11 +7,11 @@ Every trigger is registered in :data:`TRIGGERS` (the benchmark's method ``kind``
 ``@TRIGGERS.register("name")`` on a class with ``decide`` / ``reset`` / ``describe``, or a dotted path.
 
 Example:
-    >>> t = TRIGGERS.make("threshold", "minprob", 0.3, direction="below", name="FLARE")
+    >>> t = TRIGGERS.make("threshold", "minprob", 0.3, direction="below", name="FLARE[unmasked]")
     >>> t.decide({}, {"signals": {"minprob": 0.1}, "step_index": 1})
     1
     >>> t.describe()
-    'FLARE: retrieve when minprob < 0.3'
+    'FLARE[unmasked]: retrieve when minprob < 0.3'
     >>> TRIGGERS.names()
     ['never', 'always', 'single', 'random', 'threshold', 'fixed_mode', 'oracle']
 """
@@ -71,24 +71,26 @@ class NeverTrigger(_Base):
 
 @TRIGGERS.register("always")
 class AlwaysTrigger(_Base):
-    """IRCoT-style: retrieve at every step."""
+    """Retrieve at every step: IRCoT's timing. What it retrieves with and how much is the env's (query mode,
+    ``passages_per_retrieval``, the caps): IRCoT as published is this trigger in the env the benchmark's ``ircot``
+    kind sets up; with the env's defaults it is the ``IRCoT[step query, 1 passage, ≤4]`` variant."""
 
-    name = "IRCoT"
+    name = "Always"
 
     def decide(self, observation, info) -> int:
         return 1
 
     def describe(self) -> str:
-        return "IRCoT: retrieve at every step"
+        return "Always: retrieve at every step"
 
 
 @TRIGGERS.register("single")
 class SingleTrigger(_Base):
-    """Single RAG: retrieve once, at the first decision. As published, the query is the question (the benchmark
-    runs it with query mode ``question``): step 1 is regenerated with the evidence injected before it, so the
-    chain reads evidence → step 1 → … as when retrieving before step 1. Deviations: the discarded first draft of
-    step 1 is counted in tokens and time, and one passage is injected per retrieval (the env's rule for every
-    method) rather than the top-k."""
+    """Single RAG's timing: retrieve once, at the first decision. As published, the query is the question (the
+    benchmark runs it with query mode ``question``) and the top-k passages are injected (the env's
+    ``passages_per_retrieval``; the benchmark's kind ``single`` sets it to its ``k``): step 1 is regenerated with the
+    evidence injected before it, so the chain reads evidence → step 1 → … as when retrieving before step 1.
+    Deviation: the discarded first draft of step 1 is counted in tokens and time."""
 
     name = "SingleRAG"
 
@@ -122,8 +124,9 @@ class RandomTrigger(_Base):
 
 @TRIGGERS.register("threshold")
 class ThresholdTrigger(_Base):
-    """Retrieve when a named signal crosses a threshold: FLARE (MinProb), DRAGIN (RIND), SeaKR (EigenScore),
-    PUlSE / ReProbe (probe probability), RSUS (τ = 0.65), PPL, …
+    """Retrieve when a named signal crosses a threshold: FLARE (MinProb; its masked query is the env's query mode
+    ``masked:<β>``, the benchmark's kind ``flare``), DRAGIN (RIND), SeaKR (EigenScore), PUlSE / ReProbe (probe
+    probability), RSUS (τ = 0.65), PPL, …
 
     The decision is per step (the env's unit): a flagged step is regenerated whole with the evidence. For FLARE
     and SeaKR that is the published unit (a sentence / a reasoning step); DRAGIN fires at a token and regenerates

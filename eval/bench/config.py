@@ -123,7 +123,9 @@ def load_record(data: dict, where: str) -> BenchConfig:
             keys = {f.name for f in dataclasses.fields(METHOD_KINDS.get(m.get("kind", "threshold")))}
         except (ValueError, TypeError):
             keys = set(m)
-        methods.append({k: v for k, v in m.items()
-                        if k in keys or k not in _LEGACY_DEFAULTS or v != _LEGACY_DEFAULTS[k]})
+        m = {k: v for k, v in m.items() if k in keys or k not in _LEGACY_DEFAULTS or v != _LEGACY_DEFAULTS[k]}
+        if m.get("kind") == "single" and m.get("k") is None:  # recorded before 'single' took k: it injected one
+            m["k"] = 1
+        methods.append(m)
     data["methods"] = methods
     return BenchConfig.from_dict(data, where=where)

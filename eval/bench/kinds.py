@@ -1,8 +1,10 @@
 """The builtin method kinds of the benchmark (registered in :data:`eval.bench.methods.METHOD_KINDS`).
 
-never · always · single · oracle — the published baselines and the gold-label oracle; threshold — a step signal
-against a threshold calibrated on dev; random — retrieval at a given or matched rate; cache_oracle — the best
-action sequence per question; learned — an exported RL policy; trigger — any registered trigger.
+never · always · single · oracle — CoT, retrieval at every step, Single RAG (one retrieval with the question before
+step 1, top-k injected) and the gold-label oracle; threshold — a step signal against a threshold calibrated on dev;
+random — retrieval at a given or matched rate; cache_oracle — the best action sequence per question; learned — an
+exported RL policy; trigger — any registered trigger. IRCoT and FLARE as published are kinds of their own
+(``ircot``, ``flare``: :mod:`eval.bench.published`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from envs.core.config import ConfigError, helpf
+from envs.env_config import EnvOverrides
 from eval.bench import calibration
 from eval.bench.methods import KIND_HELP, METHOD_KINDS, MethodSpec, RunContext, Skip, policy_path_missing, tag
 
@@ -51,34 +54,70 @@ class NeverMethod(MethodSpec):
 @METHOD_KINDS.register("always")
 @dataclass
 class AlwaysMethod(MethodSpec):
-    """IRCoT-style: retrieve at every step."""
+    """Retrieve at every step, with the env's query mode, passages and caps — IRCoT's timing only (the benchmark
+    configs' ``IRCoT[step query, 1 passage, ≤4]`` row); IRCoT as published is kind ``ircot``."""
 
     kind: str = helpf("always", KIND_HELP)
+
+
+def with_mode(env: EnvOverrides, base: EnvConfig, mode: str, **keys: Any) -> EnvOverrides:
+    """A method's env overrides ``env`` with query ``mode`` added to the query modes (when missing) and ``keys``
+    set: the method's own env, its own trajectory-cache namespace."""
+    qm = list(env.get("query_modes") or base.query_modes)
+    return env.updated(**({"query_modes": qm + [mode]} if mode not in qm else {}), **keys)
 
 
 @METHOD_KINDS.register("single")
 @dataclass
 class SingleMethod(MethodSpec):
-    """Single RAG: one retrieval before step 1 — with the question as query, as published (query_mode: another)."""
+    """Single RAG: one retrieval with the question as query before step 1, the top-``k`` passages injected (as
+    published; ``query_mode``: another query). ``k: 1`` keeps the env's ``top_k`` and injects the first passage —
+    the ``SingleRAG[1 passage]`` variant. Step 1 is drafted closed-book and regenerated with the evidence, so the
+    chain reads evidence → step 1 → … as when retrieving before step 1; the discarded draft counts in tokens and
+    seconds."""
 
     kind: str = helpf("single", KIND_HELP)
+    k: int | None = helpf(None, "passages injected: the top-k of the one search (required; the IRCoT paper's "
+                                "one-step retrieval picks k on dev from 5…15; k: 1 injects the top one and keeps the "
+                                "env's top_k — the SingleRAG[1 passage] variant)", ge=1)
+    injection: str | None = helpf(None, "where the passages go: front (before the question: the published prompts' "
+                                        "layout) | step (after the question, right before step 1); null: the env's "
+                                        "(what the SingleRAG[1 passage] variant keeps)")
+
+    def validate(self) -> None:
+        super().validate()
+        if self.k is None:
+            raise ConfigError(f"MethodSpec '{self.name}': kind 'single' needs 'k', the passages injected (Single RAG "
+                              "as published injects the top-k of the question's search, e.g. k: 3; k: 1 is the "
+                              "SingleRAG[1 passage] variant)")
+        if self.injection not in (None, "front", "step"):
+            raise ConfigError(f"MethodSpec '{self.name}': injection must be front, step or null, got "
+                              f"'{self.injection}'")
+
+    def run_env(self, base: EnvConfig) -> EnvOverrides:
+        """The method's env: the question as a query mode; with ``k > 1`` the top-k searched and injected."""
+        keys: dict[str, Any] = {"top_k": self.k, "passages_per_retrieval": self.k} if (self.k or 1) > 1 else {}
+        if self.injection is not None:
+            keys["injection"] = self.injection
+        if self.query_mode:
+            return self.env.updated(**keys) if keys else self.env
+        return with_mode(self.env, base.with_overrides(self.env), "question", **keys)
 
     def run(self, ctx: RunContext) -> dict[str, Any]:
+        env = self.run_env(ctx.runner.env_config)
         if self.query_mode:
-            return super().run(ctx)
-        env = self.env
-        qm = list(env.get("query_modes") or ctx.runner.env_config.query_modes)
-        if "question" not in qm:  # the question mode only for this method (its own trajectory-cache namespace)
-            env = env.updated(query_modes=qm + ["question"])
+            return ctx.runner.run(self.make_trigger(), "test", ctx.test, tag=tag(self.name, self.query_mode,
+                                  "greedy"), env=env, mode=self.query_mode)
         return ctx.runner.run(self.make_trigger(), "test", ctx.test, tag=f"{self.name}[question]", env=env,
                               mode="question")
 
+    def report_extras(self, result: dict[str, Any]) -> dict[str, Any]:
+        return {"k": self.k, "injection": self.injection}
+
     def replay(self, env_config: EnvConfig, calib: dict[str, Any]) -> tuple[EnvConfig, Any, str | None, bool]:
-        if self.query_mode:
-            return super().replay(env_config, calib)
-        if "question" not in env_config.query_modes:  # as run: one retrieval with the question as query
-            env_config = env_config.replace(query_modes=list(env_config.query_modes) + ["question"])
-        return env_config, self.make_trigger(), "question", False
+        # as run: one retrieval with the question as query (or the given mode), the top-k injected
+        return (env_config.with_overrides(self.run_env(env_config)), self.make_trigger(),
+                self.query_mode or "question", False)
 
 
 @METHOD_KINDS.register("oracle")

@@ -34,12 +34,15 @@ if TYPE_CHECKING:
 __all__ = ["METHOD_KINDS", "MethodSpec", "RunContext", "Skip", "make_trigger", "tag"]
 
 #: method kind name → its spec class (a :class:`MethodSpec` subclass)
-METHOD_KINDS: Registry[type[MethodSpec]] = Registry("bench method kind", builtins=("eval.bench.kinds",))
+METHOD_KINDS: Registry[type[MethodSpec]] = Registry("bench method kind",
+                                                   builtins=("eval.bench.kinds", "eval.bench.published"))
 
-KIND_HELP = ("the method's kind (its class): " "never | always | single (Single RAG: one retrieval with the question as "
-             "query before step 1) | threshold | random | oracle | cache_oracle (per question the best action "
-             "sequence at the bench λ; an upper bound for any timing policy) | learned | trigger (any registered "
-             "trigger) — or a kind a plug-in registers in eval.bench.methods.METHOD_KINDS")
+KIND_HELP = ("the method's kind (its class): " "never | always (retrieve at every step) | single (Single RAG: one "
+             "retrieval with the question as query before step 1, the top-k injected) | ircot (IRCoT as published) | "
+             "flare (FLARE-direct as published: θ on minprob, the masked step as query) | threshold | random | oracle "
+             "| cache_oracle (per question the best action sequence at the bench λ; an upper bound for any timing "
+             "policy) | learned | trigger (any registered trigger) — or a kind a plug-in registers in "
+             "eval.bench.methods.METHOD_KINDS")
 
 
 class Skip(Exception):
@@ -167,6 +170,10 @@ class MethodSpec(ConfigBase):
     def report_extras(self, result: dict[str, Any]) -> dict[str, Any]:
         """Kind-specific entries of the method's row in ``summary.json``."""
         return {}
+
+    def report_notes(self, result: dict[str, Any]) -> list[str]:
+        """Kind-specific lines of the report's notes (e.g. whether IRCoT's caps bound)."""
+        return []
 
     def replay(self, env_config: EnvConfig, calib: dict[str, Any]) -> tuple[EnvConfig, Any, str | None, bool]:
         """``(env config, trigger, query mode, querygen)`` that repeat on test what the benchmark evaluated, from

@@ -84,6 +84,8 @@ def summarize(cfg: BenchConfig, runner: Runner, results: dict[str, dict], calib:
                          f"{g['fraction']:.2f} [95% CI {g['lo']:.2f}, {g['hi']:.2f}]")
             notes.append(line + ".")
     notes += _seed_pooled_notes(cfg, kinds, results, learned, best_fixed, oracle)
+    for name, r in results.items():
+        notes += kinds[name].report_notes(r)
     for k, why in skipped.items():
         notes.append(f"Skipped {k}: {why}.")
     breakdowns = _breakdowns(cfg, runner, results)

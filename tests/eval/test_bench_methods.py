@@ -13,7 +13,7 @@ from eval.bench.methods import KIND_HELP, METHOD_KINDS, MethodSpec
 
 def test_every_builtin_kind_is_a_registered_spec_class_with_its_own_keys():
     assert set(METHOD_KINDS.names()) >= {"never", "always", "single", "threshold", "random", "oracle", "cache_oracle",
-                                         "learned", "trigger"}
+                                         "learned", "trigger", "ircot", "flare"}
     for kind, cls in METHOD_KINDS.items():
         assert issubclass(cls, MethodSpec) and cls.__dataclass_fields__["kind"].default == kind
         assert cls.report_kind in ("baseline", "fixed", "random", "oracle", "learned")
@@ -72,3 +72,7 @@ def test_a_config_json_recorded_when_every_method_listed_every_key_still_loads(t
     assert [m.kind for m in cfg.methods] == ["never", "threshold"] and cfg.methods[1].query_modes == ["all"]
     with pytest.raises(ConfigError, match="unknown config key 'signal' for a 'never' method"):
         load_record({"methods": [{**old, "signal": "minprob"}]}, where="config.json")  # not a default: an error
+    # a Single RAG row recorded before 'single' took k injected one passage: it replays as k = 1
+    single = load_record({"methods": [old, {**old, "name": "SingleRAG", "kind": "single"}]}, where="config.json")
+    assert single.methods[1].k == 1 and single.methods[1].run_env(single.env).to_dict() == {
+        "query_modes": [*single.env.query_modes, "question"]}
