@@ -13,8 +13,10 @@ env's hidden-state capture on) and the whole regenerated **step** are timed with
 ``--repeats`` times each in alternating order, median per state. The first token and the whole step must be
 identical both ways (checked: the cache changes the cost, never the output).
 
-**table** — the ReaLM efficiency table. CoT, Single RAG (the question as its query), IRCoT, FLARE (``minprob`` below θ; θ calibrated on the
-``--calib`` questions unless ``--flare-threshold`` is given) and, with ``--policy``, a learned policy run whole
+**table** — the ReaLM efficiency table. CoT, ``SingleRAG[1 passage]`` (the question as its query),
+``IRCoT[step query, 1 passage, ≤4]`` (retrieval at every step), ``FLARE[unmasked]`` (``minprob`` below θ; θ
+calibrated on the ``--calib`` questions unless ``--flare-threshold`` is given) — the variants of the benchmark's
+rows, in the env as configured — and, with ``--policy``, a learned policy run whole
 episodes of the env (its trajectory cache off: every step is generated) on the ``--questions`` slice, batch
 ``--batch`` (1: one question at a time, as a served request), under five settings:
 
@@ -55,8 +57,9 @@ log = logging.getLogger(__name__)
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("efficiency", help="the efficiency stack: TTFT after an injection with vs without "
-                                                 "KV reuse; per-call latency of CoT / Single RAG / IRCoT / FLARE / "
-                                                 "learned, naive vs each of KV reuse, prefetch, compression vs all on")
+                                                 "KV reuse; per-call latency of CoT / SingleRAG[1 passage] / "
+                                                 "IRCoT[step query, 1 passage, ≤4] / FLARE[unmasked] / learned, "
+                                                 "naive vs each of KV reuse, prefetch, compression vs all on")
     p.add_argument("--train-config", default="configs/train_microworld.yaml",
                    help="a training config whose env (reasoner, task, corpus) is measured")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override an env field")
@@ -169,13 +172,15 @@ SETTINGS: tuple[tuple[str, dict[str, bool]], ...] = (
 
 
 def table_methods(policy: str | None, flare_threshold: float) -> list[tuple[str, Any, str | None]]:
-    """``[(name, trigger, query mode)]`` of the table: CoT, Single RAG (as published: the question as its query),
-    IRCoT, FLARE (θ given) and the learned policy; mode ``None``: the env's default query mode."""
+    """``[(name, trigger, query mode)]`` of the table: CoT, SingleRAG[1 passage] (the question as its query),
+    IRCoT[step query, 1 passage, ≤4], FLARE[unmasked] (θ given) and the learned policy — the variants, in the env as
+    configured (one passage per retrieval, its caps); mode ``None``: the env's default query mode."""
     from policies.triggers import TRIGGERS
 
-    methods = [("CoT", TRIGGERS.make("never"), None), ("SingleRAG", TRIGGERS.make("single"), "question"),
-               ("IRCoT", TRIGGERS.make("always"), None),
-               ("FLARE", TRIGGERS.make("threshold", "minprob", float(flare_threshold), "below", name="FLARE"), None)]
+    flare = "FLARE[unmasked]"
+    methods = [("CoT", TRIGGERS.make("never"), None), ("SingleRAG[1 passage]", TRIGGERS.make("single"), "question"),
+               ("IRCoT[step query, 1 passage, ≤4]", TRIGGERS.make("always"), None),
+               (flare, TRIGGERS.make("threshold", "minprob", float(flare_threshold), "below", name=flare), None)]
     if policy:
         from policies.rl.export import LearnedTrigger
 

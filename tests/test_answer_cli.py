@@ -36,7 +36,7 @@ def test_json_answers_from_arguments_and_stdin(env_yaml, tmp_path):
     assert [a["question"] for a in rows] == [Q1, Q2, Q2]
     a = rows[0]
     assert a["answer"] and a["calls"] > 0 and a["steps"][0]["retrieved"] and a["steps"][0]["passages"]
-    assert a["steps"][0]["query_mode"] == "info_need" and a["policy"] == "IRCoT"
+    assert a["steps"][0]["query_mode"] == "info_need" and a["policy"] == "Always"
     assert rows[1]["answer"] == rows[2]["answer"] and rows[1]["question_id"] == rows[2]["question_id"]
 
 

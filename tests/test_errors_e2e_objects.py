@@ -69,7 +69,7 @@ def pulse02_policy(tmp_path_factory):
 def _bench_yaml(tmp: Path, env: dict, policy: Path) -> Path:
     return _yaml(tmp / "bench.yaml", {
         "name": "t", "out_dir": str(tmp / "bench"), "env": env, "dev": "0:2", "test": "2:4",
-        "methods": [{"name": "CoT", "kind": "never"}, {"name": "IRCoT", "kind": "always"},
+        "methods": [{"name": "CoT", "kind": "never"}, {"name": "IRCoT[step query, 1 passage, ≤4]", "kind": "always"},
                     {"name": "L", "kind": "learned", "path": str(policy)}]})
 
 

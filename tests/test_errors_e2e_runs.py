@@ -107,7 +107,7 @@ def _tiny_bench(tmp: Path, out: Path, cache: Path | None = None, **over) -> Path
            "env": {"task": "microworld", "split": "dev", "rsus_components": ["ent"], "signals": ["output"],
                    "cache_path": str(cache) if cache else None},
            "dev": "0:2", "test": "2:5", "n_resamples": 200, "test_curves": False, "reference": "CoT",
-           "methods": [{"name": "CoT", "kind": "never"}, {"name": "IRCoT", "kind": "always"}], **over}
+           "methods": [{"name": "CoT", "kind": "never"}, {"name": "IRCoT[step query, 1 passage, ≤4]", "kind": "always"}], **over}
     p = tmp / "bench.yaml"
     p.write_text(yaml.safe_dump(cfg))
     return p
@@ -254,7 +254,7 @@ def test_an_aborted_bench_leaves_no_folder_that_blocks_the_next(tmp_path):
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-3000:]
     r = _bench(cfg)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert json.loads((out / "summary.json").read_text())["methods"]["IRCoT"]["n"] == 3
+    assert json.loads((out / "summary.json").read_text())["methods"]["IRCoT[step query, 1 passage, ≤4]"]["n"] == 3
 
 
 def test_two_benches_on_one_out_dir_the_second_refuses(tmp_path):

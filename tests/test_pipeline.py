@@ -109,7 +109,7 @@ def test_triggers_answer_micro_world_questions_with_a_trace(never, world_questio
     assert [a.question for a in none] == qs and all(a.calls == 0 for a in none)
     assert all(a.answer and a.answer_status == "answered" for a in none)
     always = never.with_policy("always").answer_many(qs)
-    assert all(a.calls > 0 for a in always) and always[0].policy == "IRCoT"
+    assert all(a.calls > 0 for a in always) and always[0].policy == "Always"
     s = always[0].steps[0]
     assert s.retrieve and s.retrieved and s.query and s.query_mode == "info_need"  # the env's first mode
     assert s.passages and sum(p.injected for p in s.passages) == 1 and s.regenerated

@@ -245,13 +245,13 @@ def test_generator_runs_in_bench_policies_by_name(tiny_run, tmp_path):
     ckpt = Path(tiny_run[0].out_dir) / "rl"
     cfg = BenchConfig.from_dict({
         "name": "qg", "out_dir": str(tmp_path / "bench"), "dev": "0:2", "test": "2:5", "n_resamples": 50,
-        "reference": "IRCoT",
+        "reference": "IRCoT[step query, 1 passage, ≤4]",
         "env": {"split": "dev", "signals": ["output"], "cache_path": str(tmp_path / "cache.sqlite")},
-        "methods": [{"name": "IRCoT", "kind": "always"},
-                    {"name": "IRCoT gen", "kind": "always", "env": {"query_modes": [f"gen:{ckpt}"]}}]})
+        "methods": [{"name": "IRCoT[step query, 1 passage, ≤4]", "kind": "always"},
+                    {"name": "IRCoT[generator query, 1 passage, ≤4]", "kind": "always", "env": {"query_modes": [f"gen:{ckpt}"]}}]})
     s = run_bench(cfg)
-    assert s["methods"]["IRCoT gen"]["calls"] > 0
-    files = list((tmp_path / "bench" / "per_question" / "test").glob("IRCoT_gen*.jsonl"))
+    assert s["methods"]["IRCoT[generator query, 1 passage, ≤4]"]["calls"] > 0
+    files = list((tmp_path / "bench" / "per_question" / "test").glob("IRCoT_generator_query*.jsonl"))
     assert files, list((tmp_path / "bench" / "per_question" / "test").iterdir())
     rows = [json.loads(x) for x in files[0].read_text().splitlines()]
     gen = GenerativeQueryGenerator.load(ckpt)

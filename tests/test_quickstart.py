@@ -24,8 +24,8 @@ def test_quickstart_trains_benchmarks_and_reports(tmp_path):
     bench = yaml.safe_load(open("configs/bench_microworld.yaml"))
     bench["env"]["cache_path"] = str(tmp_path / "bench_cache.sqlite")
     bench.update(dev="0:10", test="10:26", n_resamples=500, test_curves=False)
-    keep = {"CoT", "IRCoT", "FLARE", "FLARE[q: dev]", "DRAGIN[step-level]", "SeaKR[no rerank]", "PUlSE-step", "Random", "Oracle[info_need]",
-            "CacheOracle[q: info_need, step]"}
+    keep = {"CoT", "IRCoT", "FLARE", "FLARE[unmasked]", "FLARE[q: dev]", "DRAGIN[step-level]", "SeaKR[no rerank]",
+            "PUlSE-step", "Random", "Oracle[info_need]", "CacheOracle[q: info_need, step]"}
     bench["methods"] = [m for m in bench["methods"] if m["name"] in keep or m["kind"] == "learned"]
     (tmp_path / "train.yaml").write_text(yaml.safe_dump(train))
     (tmp_path / "bench.yaml").write_text(yaml.safe_dump(bench))
@@ -43,7 +43,8 @@ def test_quickstart_trains_benchmarks_and_reports(tmp_path):
     assert "learned[QueryGen](λ=0.1) − best fixed" in report and "fraction of the oracle gap closed" in report
     assert "(ceiling: CacheOracle[q: info_need, step])" in report
     s = json.loads((out / "bench" / "summary.json").read_text())
-    assert s["methods"]["CoT"]["calls"] == 0.0 and s["methods"]["IRCoT"]["calls"] > 1.0
+    assert s["methods"]["CoT"]["calls"] == 0.0 and s["methods"]["IRCoT"]["calls"] > 1.0  # as published
+    assert s["methods"]["FLARE"]["query_mode"] == "masked:0.4" and s["methods"]["IRCoT"]["k"] == 2
     assert not s["skipped"] and s["methods"]["DRAGIN[step-level]"]["query_mode"] == "qfs"  # its env's default mode
     learned = s["methods"]["learned[QueryGen](λ=0.1)"]
     assert learned["n"] == 16 and learned["query_mode"] == "policy's QueryGen head"

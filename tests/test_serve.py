@@ -41,13 +41,13 @@ def traces_dir(tmp_path_factory, trace_policy):
     from train.evaluate import evaluate_policy
 
     root = tmp_path_factory.mktemp("traces")
-    f = root / "bench" / "per_question" / "test" / "FLARE.jsonl"
+    f = root / "bench" / "per_question" / "test" / "FLARE_unmasked_.jsonl"
     evaluate_policy(load_policy(trace_policy[0]), {**trace_policy[1], "split": "dev"}, [10, 11, 12], batch_size=3,
                     jsonl_path=f)
     (root / "bench" / "summary.json").write_text(json.dumps({
-        "methods": {"FLARE": {"per_question": str(f)}}, "calibration": {"FLARE": {"chosen": 0.5}}}))
+        "methods": {"FLARE[unmasked]": {"per_question": str(f)}}, "calibration": {"FLARE[unmasked]": {"chosen": 0.5}}}))
     (root / "bench" / "config.json").write_text(json.dumps({"methods": [
-        {"name": "FLARE", "kind": "threshold", "signal": "minprob", "direction": "below"}]}))
+        {"name": "FLARE[unmasked]", "kind": "threshold", "signal": "minprob", "direction": "below"}]}))
     return root
 
 
@@ -215,8 +215,8 @@ def test_trace_routes_list_and_read_the_benchmark_files(server):
     url = server[0]
     files = requests.get(url + "/v1/kairos/traces").json()
     assert files["enabled"] and [(f["id"], f["method"], f["policy"].get("threshold")) for f in files["data"]] == \
-        [("bench/per_question/test/FLARE.jsonl", "FLARE", 0.5)]
-    data = requests.get(url + "/v1/kairos/traces/bench/per_question/test/FLARE.jsonl").json()
+        [("bench/per_question/test/FLARE_unmasked_.jsonl", "FLARE[unmasked]", 0.5)]
+    data = requests.get(url + "/v1/kairos/traces/bench/per_question/test/FLARE_unmasked_.jsonl").json()
     assert data["total"] == 3 and sorted(r["question_index"] for r in data["rows"]) == [10, 11, 12]
     bad = requests.get(url + "/v1/kairos/traces/bench/summary.json")
     assert bad.status_code == 404 and "no trace file" in bad.json()["error"]["message"]
@@ -249,7 +249,7 @@ def test_the_page_asks_through_the_endpoint_and_opens_benchmark_traces(server, b
     err = WebDriverWait(browser, 30).until(lambda d: d.find_element(By.ID, "error").text or None)
     assert "at most 200" in err and "messages[0].content" in err
     # a benchmark trace file, picked from the list
-    Select(browser.find_element(By.ID, "trace-file")).select_by_value("bench/per_question/test/FLARE.jsonl")
+    Select(browser.find_element(By.ID, "trace-file")).select_by_value("bench/per_question/test/FLARE_unmasked_.jsonl")
     WebDriverWait(browser, 30).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#trace-rows li")) == 3)
     browser.find_elements(By.CSS_SELECTOR, "#trace-rows li")[0].click()
     WebDriverWait(browser, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#steps > li.step")

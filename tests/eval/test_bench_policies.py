@@ -28,12 +28,13 @@ def _export_random_policy(tmp_path):
     return export_policy(PolicyNet(spec), tmp_path / "policy")
 
 
-METHODS = [{"name": "CoT", "kind": "never"}, {"name": "IRCoT", "kind": "always"},
-           {"name": "FLARE", "kind": "threshold", "signal": "minprob", "direction": "below"},
+IRCOT, FLARE = "IRCoT[step query, 1 passage, ≤4]", "FLARE[unmasked]"  # the variants (kinds always, threshold)
+METHODS = [{"name": "CoT", "kind": "never"}, {"name": IRCOT, "kind": "always"},
+           {"name": FLARE, "kind": "threshold", "signal": "minprob", "direction": "below"},
            {"name": "DRAGIN", "kind": "threshold", "signal": "rind", "direction": "above"},
-           {"name": "Random", "kind": "random", "match": "FLARE", "seeds": 2},
+           {"name": "Random", "kind": "random", "match": FLARE, "seeds": 2},
            {"name": "Oracle", "kind": "oracle"}, {"name": "CacheOracle", "kind": "cache_oracle"},
-           {"name": "IRCoT-front", "kind": "always", "env": {"injection": "front"}}]
+           {"name": "IRCoT[step query, 1 passage, ≤4, front]", "kind": "always", "env": {"injection": "front"}}]
 
 
 @pytest.mark.slow
@@ -50,17 +51,17 @@ def test_bench_runs_calibrates_skips_and_resumes(tmp_path):
     out = tmp_path / "bench"
     for f in ("summary.json", "report.md", "report.html", "pareto.png", "accuracy.png"):
         assert (out / f).is_file(), f
-    assert set(s["methods"]) == {"CoT", "IRCoT", "FLARE", "Random", "Oracle", "CacheOracle", "learned",
-                                 "IRCoT-front"}
-    assert s["methods"]["IRCoT-front"]["calls"] > 0
+    assert set(s["methods"]) == {"CoT", IRCOT, FLARE, "Random", "Oracle", "CacheOracle", "learned",
+                                 "IRCoT[step query, 1 passage, ≤4, front]"}
+    assert s["methods"]["IRCoT[step query, 1 passage, ≤4, front]"]["calls"] > 0
     # the cache oracle is the best action sequence per question: no policy beats its reward
     assert s["methods"]["CacheOracle"]["reward"] >= max(v["reward"] for v in s["methods"].values()) - 1e-9
     assert "DRAGIN" in s["skipped"] and "rind" in s["skipped"]["DRAGIN"]
     assert any("Skipped DRAGIN" in n for n in s["notes"])
-    assert s["methods"]["CoT"]["calls"] == 0 and s["methods"]["IRCoT"]["calls"] > 0
-    assert 0.0 <= s["methods"]["IRCoT"]["recall_at_k"] <= 1.0 and s["methods"]["CoT"]["recall_at_k"] is None
-    fl = s["methods"]["FLARE"]
-    cal = s["calibration"]["FLARE"]
+    assert s["methods"]["CoT"]["calls"] == 0 and s["methods"][IRCOT]["calls"] > 0
+    assert 0.0 <= s["methods"][IRCOT]["recall_at_k"] <= 1.0 and s["methods"]["CoT"]["recall_at_k"] is None
+    fl = s["methods"][FLARE]
+    cal = s["calibration"][FLARE]
     best = max(cal["sweep"], key=lambda r: (r["reward"], -r["calls"]))
     assert fl["threshold"] == best["threshold"] and fl["curve"]
     assert all(m["n"] == 10 for m in s["methods"].values())
@@ -73,7 +74,7 @@ def test_bench_runs_calibrates_skips_and_resumes(tmp_path):
     assert len(rows) == 10 and {"decisions", "answer", "tokens", "seconds", "quality"} <= set(rows[0])
     assert rows[0]["decisions"] and "signals" in rows[0]["decisions"][0]
     # resume: a torn last line is redone, finished questions are not; same results
-    p = out / "per_question" / "test" / "IRCoT.jsonl"
+    p = out / "per_question" / "test" / "IRCoT_step_query__1_passage___4_.jsonl"
     lines = p.read_text().splitlines()
     p.write_text("\n".join(lines[:-1]) + "\n" + lines[-1][: len(lines[-1]) // 2])
     s2 = run_bench(cfg)
@@ -170,10 +171,10 @@ def test_query_modes_are_calibrated_on_dev_and_the_best_fixed_is_chosen_on_dev(t
     fraction and the harm rate are reported."""
     modes = ["step", "info_need"]
     methods = [{"name": "CoT", "kind": "never"},
-               {"name": "FLARE", "kind": "threshold", "signal": "minprob", "direction": "below"},
+               {"name": FLARE, "kind": "threshold", "signal": "minprob", "direction": "below"},
                {"name": "MinProb[q]", "kind": "threshold", "signal": "minprob", "direction": "below",
                 "query_modes": ["all"]},
-               {"name": "IRCoT[info_need]", "kind": "always", "query_mode": "info_need"},
+               {"name": "IRCoT[info_need query, 1 passage, ≤4]", "kind": "always", "query_mode": "info_need"},
                {"name": "learned", "kind": "learned", "path": str(_export_random_policy(tmp_path)),
                 "query_mode": "info_need", "calibrate": True, "thresholds": [0.3, 0.7]},
                {"name": "CacheOracle", "kind": "cache_oracle"},
@@ -188,9 +189,9 @@ def test_query_modes_are_calibrated_on_dev_and_the_best_fixed_is_chosen_on_dev(t
     best = max(cal["sweep"], key=lambda r: (r["reward"], -r["calls"]))
     assert (cal["mode"], cal["chosen"]) == (best["mode"], best["threshold"])
     assert s["methods"]["MinProb[q]"]["query_mode"] == (None if best["threshold"] == "never" else best["mode"])
-    assert {r["mode"] for r in s["calibration"]["FLARE"]["sweep"]} == {None}
+    assert {r["mode"] for r in s["calibration"][FLARE]["sweep"]} == {None}
     # the fixed mode is what the env retrieved with
-    path, = (tmp_path / "bench" / "per_question" / "test").glob("IRCoT_info_need_*greedy.jsonl")
+    path, = (tmp_path / "bench" / "per_question" / "test").glob("IRCoT_info_need_query_*greedy.jsonl")
     rows = [json.loads(x) for x in path.read_text().splitlines()]
     assert all(d["action"][1] == 1 for r in rows for d in r["decisions"] if d["action"][0] == 1)
     fixed = [k for k, v in s["methods"].items() if v["kind"] == "fixed"]
@@ -204,7 +205,7 @@ def test_query_modes_are_calibrated_on_dev_and_the_best_fixed_is_chosen_on_dev(t
     assert s["methods"]["CacheOracle[any]"]["reward"] >= s["methods"]["CacheOracle"]["reward"] - 1e-9
     assert s["methods"]["CacheOracle[any]"]["reward"] >= max(v["reward"] for v in s["methods"].values()) - 1e-9
     assert s["methods"]["CoT"]["harm_rate"] is None
-    assert 0.0 <= s["methods"]["FLARE"]["harm_rate"] <= 1.0
+    assert 0.0 <= s["methods"][FLARE]["harm_rate"] <= 1.0
 
 
 def test_mode_errors(tmp_path):
@@ -237,12 +238,17 @@ def test_bench_input_errors_name_the_file_line_or_key(tmp_path):
 
 
 def test_single_rag_retrieves_once_with_the_question(tmp_path):
-    cfg = _cfg(tmp_path, [{"name": "CoT", "kind": "never"}, {"name": "SingleRAG", "kind": "single"}],
+    cfg = _cfg(tmp_path, [{"name": "CoT", "kind": "never"}, {"name": "SingleRAG[1 passage]", "kind": "single", "k": 1},
+                          {"name": "SingleRAG", "kind": "single", "k": 3, "injection": "front"}],
                dev="0:2", test="2:5", test_curves=False)
     s = run_bench(cfg)
-    assert s["methods"]["SingleRAG"]["calls"] == 1.0
-    rows = [json.loads(x) for x in (tmp_path / "bench" / "per_question" / "test" / "SingleRAG_question_.jsonl")
-            .read_text().splitlines()]
+    assert s["methods"]["SingleRAG[1 passage]"]["calls"] == s["methods"]["SingleRAG"]["calls"] == 1.0
+    assert s["methods"]["SingleRAG"]["k"] == 3
+    per_q = tmp_path / "bench" / "per_question" / "test"
+    top3 = [json.loads(x) for x in (per_q / "SingleRAG_question_.jsonl").read_text().splitlines()]
+    assert all(len(r["decisions"][0]["passage_ids"]) == 3 for r in top3)
+    rows = [json.loads(x) for x in (per_q / "SingleRAG_1_passage__question_.jsonl").read_text().splitlines()]
+    assert all(len(r["decisions"][0]["passage_ids"]) == 1 for r in rows)
     from envs.registration import make_env
 
     env = make_env("microworld", {"split": "dev", "rsus_components": ["ent"]})

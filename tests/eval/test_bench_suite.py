@@ -55,6 +55,9 @@ def test_summary_table_names_each_benchmark_metric():
     assert "| IRCoT | – | 0.750 / 3.50 / 0.250 |" in md and "| CoT | 0.500 | 0.000 |" in md
 
 
+#: retrieval at every step (kind always): the seed configs' IRCoT[step query, 1 passage, ≤4] row
+IRCOT = "IRCoT[step query, 1 passage, ≤4]"
+
 
 @pytest.mark.slow
 @needs_smollm2
@@ -76,10 +79,10 @@ def test_one_seed_benchmark_per_answer_kind_runs_end_to_end_from_its_config(tmp_
         cfg["n_resamples"] = 200
         # the two extremes — closed book, and a retrieval at every step: every env, retrieval and answer path of
         # the config (threshold calibration, the other rows' code path, is covered on the micro-world)
-        cfg["methods"] = [m for m in cfg["methods"] if m["name"] in ("CoT", "IRCoT")]
+        cfg["methods"] = [m for m in cfg["methods"] if m["name"] in ("CoT", IRCOT)]
         benches.append(str(_write(tmp_path / f"{cfg['name']}.yaml", cfg)))
     suite_path = _write(tmp_path / "suite.yaml", {"name": "smoke", "benchmarks": benches,
-                                                  # two steps: IRCoT's retrieve-every-step path runs twice per
+                                                  # two steps: the retrieve-every-step path runs twice per
                                                   # question (SmolLM2 decoding is the test's whole cost)
                                                   "overrides": ["dev=0:1", "test=1:3", "env.max_steps=2"]})
     suite, cfgs = load_suite(str(suite_path), out=str(tmp_path / "out"))
@@ -91,5 +94,5 @@ def test_one_seed_benchmark_per_answer_kind_runs_end_to_end_from_its_config(tmp_
         assert summary["setup"]["answer_closing"] is True
         cot = summary["methods"]["CoT"]
         assert cot["n"] == 2 and cot["no_answer_share"] is not None and set(cot["metrics"])
-        assert summary["methods"]["IRCoT"]["calls"] > 0 and summary["methods"]["IRCoT"]["n"] == 2
+        assert summary["methods"][IRCOT]["calls"] > 0 and summary["methods"][IRCOT]["n"] == 2
     assert (tmp_path / "out" / "summary.md").is_file()

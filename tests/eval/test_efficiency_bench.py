@@ -59,6 +59,9 @@ def test_kv_reuse_off_and_prefetch_on_change_no_outcome():
     assert spaces["naive"] == spaces["fast"]
 
 
+IRCOT = "IRCoT[step query, 1 passage, ≤4]"
+
+
 def test_efficiency_table_on_the_microworld(tmp_path):
     from eval.efficiency_bench import SETTINGS, run
 
@@ -66,18 +69,18 @@ def test_efficiency_table_on_the_microworld(tmp_path):
                      set=["max_questions=16", "split=dev"])) == 0
     res = json.loads((tmp_path / "efficiency.json").read_text())["table"]
     assert [(r["setting"], r["method"]) for r in res["rows"]] == [
-        (s, m) for s, _ in SETTINGS for m in ("CoT", "SingleRAG", "IRCoT", "FLARE")]
+        (s, m) for s, _ in SETTINGS for m in ("CoT", "SingleRAG[1 passage]", IRCOT, "FLARE[unmasked]")]
     by = {(r["setting"], r["method"]): r for r in res["rows"]}
     for s, _ in SETTINGS:
-        assert by[(s, "IRCoT")]["calls"] > 0 and "seconds_per_call" in by[(s, "IRCoT")]
+        assert by[(s, IRCOT)]["calls"] > 0 and "seconds_per_call" in by[(s, IRCOT)]
         assert "seconds_per_call" not in by[(s, "CoT")]  # no calls
     # KV reuse and prefetch never change an outcome; compression ran (a micro-world fact is one sentence: all kept)
-    for m in ("SingleRAG", "IRCoT", "FLARE"):
+    for m in ("SingleRAG[1 passage]", IRCOT, "FLARE[unmasked]"):
         assert by[("naive", m)]["accuracy"] == by[("KV reuse", m)]["accuracy"] == by[("prefetch", m)]["accuracy"]
         assert by[("naive", m)]["calls"] == by[("prefetch", m)]["calls"]
-    comp = by[("compression", "IRCoT")]
+    comp = by[("compression", IRCOT)]
     assert comp["tokens_before"] > 0 and comp["tokens_after"] == comp["tokens_before"]
-    assert by[("naive", "IRCoT")]["tokens_before"] == 0  # no compression there
-    assert "prefetch_hit_rate" in by[("prefetch", "IRCoT")] and "prefetch_hit_rate" not in by[("naive", "IRCoT")]
-    assert "per_call_ratio[all on]" in res["summary"]["IRCoT"]
+    assert by[("naive", IRCOT)]["tokens_before"] == 0  # no compression there
+    assert "prefetch_hit_rate" in by[("prefetch", IRCOT)] and "prefetch_hit_rate" not in by[("naive", IRCOT)]
+    assert "per_call_ratio[all on]" in res["summary"][IRCOT]
     assert "Efficiency table" in (tmp_path / "efficiency.md").read_text()

@@ -85,8 +85,9 @@ def test_http_reasoner_end_to_end_through_bench_policies(server, tmp_path):
     data = _dataset(tmp_path / "hq.jsonl")
     cfg = {"name": "http", "out_dir": str(tmp_path / "bench"), "dev": "0:3", "test": "3:8", "n_resamples": 200,
            "env": _env_config(server, data, cache_path=str(tmp_path / "c.sqlite")),
-           "methods": [{"name": "CoT", "kind": "never"}, {"name": "IRCoT", "kind": "always"},
-                       {"name": "FLARE", "kind": "threshold", "signal": "minprob", "direction": "below"},
+           "methods": [{"name": "CoT", "kind": "never"}, {"name": "IRCoT[step query, 1 passage, ≤4]", "kind": "always"},
+                       {"name": "FLARE[unmasked]", "kind": "threshold", "signal": "minprob", "direction": "below"},
+                       {"name": "FLARE", "kind": "flare"},  # the masked query from the server's token logprobs
                        {"name": "RSUS[ent,cons]", "kind": "threshold", "signal": "rsus", "direction": "above"}]}
     path = tmp_path / "bench.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -94,8 +95,10 @@ def test_http_reasoner_end_to_end_through_bench_policies(server, tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     s = json.loads((tmp_path / "bench" / "summary.json").read_text())
-    acc = {m: s["methods"][m]["accuracy"] for m in ("CoT", "IRCoT", "FLARE", "RSUS[ent,cons]")}
-    assert acc["CoT"] == 0.0 and acc["IRCoT"] == pytest.approx(1.0) and acc["FLARE"] == pytest.approx(1.0), acc
+    ircot = "IRCoT[step query, 1 passage, ≤4]"
+    acc = {m: s["methods"][m]["accuracy"] for m in ("CoT", ircot, "FLARE[unmasked]", "FLARE", "RSUS[ent,cons]")}
+    assert acc["CoT"] == 0.0 and acc[ircot] == pytest.approx(1.0) and acc["FLARE[unmasked]"] == pytest.approx(1.0), acc
+    assert s["methods"]["FLARE"]["query_mode"] == "masked:0.4" and "FLARE" not in s["skipped"]
     assert (tmp_path / "bench" / "report.md").is_file()
 
 
