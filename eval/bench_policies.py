@@ -33,8 +33,9 @@ Example config (``configs/bench_microworld.yaml``)::
     lambda_retrieval: 0.1
     methods:
       - {name: CoT, kind: never}
-      - {name: FLARE, kind: threshold, signal: minprob, direction: below}
-      - {name: Random, kind: random, match: FLARE, seeds: 3}
+      - {name: FLARE, kind: flare}                        # FLARE as published: the masked step as the query
+      - {name: "FLARE[unmasked]", kind: threshold, signal: minprob, direction: below}
+      - {name: Random, kind: random, match: "FLARE[unmasked]", seeds: 3}
       - {name: learned, kind: learned, path: runs/train/microworld/policy_trigger, lam: 0.1}
 """
 

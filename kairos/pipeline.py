@@ -199,7 +199,7 @@ def load_policy(policy: Any, threshold: float | None = None, name: str | None = 
         >>> load_policy("minprob<0.3").describe()
         'minprob<0.3: retrieve when minprob < 0.3'
         >>> load_policy("always").name
-        'IRCoT'
+        'Always'
     """
     from policies.rl.export import LearnedTrigger
     from policies.triggers import TRIGGERS
