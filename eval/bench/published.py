@@ -99,6 +99,7 @@ class IRCoTMethod(MethodSpec):
         eps = result.get("episodes") or []
         return {"k": self.k, "max_paragraphs": self.max_paragraphs, "max_calls": self.max_calls,
                 "call_cap_bound_share": _capped_share(eps),
+                "max_steps_truncated_share": float(np.mean([bool(e.get("truncated")) for e in eps])) if eps else None,
                 "paragraphs_per_question": float(np.mean([_passages(e) for e in eps])) if eps else None,
                 "paragraph_cap_reached_share": (float(np.mean([_passages(e) >= self.max_paragraphs for e in eps]))
                                                 if eps else None)}
@@ -109,8 +110,9 @@ class IRCoTMethod(MethodSpec):
             return []
         return [f"{self.name}: K = {self.k}, ≤ {self.max_paragraphs} paragraphs, ≤ {self.max_calls} calls per "
                 f"question — the call cap refused a retrieval on {x['call_cap_bound_share']:.0%} of the test "
-                f"questions, {x['paragraphs_per_question']:.1f} paragraphs collected per question (the paragraph cap "
-                f"reached on {x['paragraph_cap_reached_share']:.0%})"]
+                f"questions (the env's max_steps ended {x['max_steps_truncated_share']:.0%} of the chains first), "
+                f"{x['paragraphs_per_question']:.1f} paragraphs collected per question (the paragraph cap reached on "
+                f"{x['paragraph_cap_reached_share']:.0%})"]
 
     def replay(self, env_config: EnvConfig, calib: dict[str, Any]) -> tuple[EnvConfig, Any, str | None, bool]:
         return env_config.with_overrides(self.run_env(env_config)), self.make_trigger(), IRCOT_MODE, False

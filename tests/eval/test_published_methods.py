@@ -91,10 +91,10 @@ def test_ircot_caps_paragraphs_and_calls_and_the_report_says_whether_they_bound(
     assert len(ids) == 3 and len(set(ids)) == 3  # the paragraph cap: 2 + 1, then nothing more
     assert [d["retrievals"] for d in decisions] == [1, 2, 3, 3, 3]  # the call cap ...
     assert [d["capped"] for d in decisions] == [False, False, False, True, True]  # ... refused the last two
-    episode = {"decisions": decisions[-1]["episode"]}
+    episode = {"decisions": decisions[-1]["episode"], "truncated": False}
     x = m.report_extras({"episodes": [episode]})
     assert x["call_cap_bound_share"] == 1.0 and x["paragraph_cap_reached_share"] == 1.0
-    assert x["paragraphs_per_question"] == 3.0
+    assert x["paragraphs_per_question"] == 3.0 and x["max_steps_truncated_share"] == 0.0
     assert "the call cap refused a retrieval on 100% of the test questions" in m.report_notes({"episodes": [episode]})[0]
 
 
