@@ -178,5 +178,5 @@ class FlareMethod(MethodSpec):
         return {"beta": self.beta}
 
     def replay(self, env_config: EnvConfig, calib: dict[str, Any]) -> tuple[EnvConfig, Any, str | None, bool]:
-        return (env_config.with_overrides(self.run_env(env_config)), self.make_trigger(threshold=calib["chosen"]),
-                self.mode, False)
+        env = self.run_env(env_config)  # as run: the threshold trigger in FLARE's env (the never-fire point too)
+        return self._threshold(env).replay(env_config.with_overrides(env), calib)
