@@ -211,8 +211,8 @@ def test_in_memory_passages_and_a_corpus_file(tmp_path, never):
 
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory):
-    """A benchmark on the shipped world: CoT, FLARE with its query mode calibrated on dev, and a learned QueryGen
-    policy selected on dev among its run's snapshots."""
+    """A benchmark on the shipped world: CoT, FLARE with its query mode calibrated on dev, a learned QueryGen
+    policy selected on dev among its run's snapshots, and IRCoT, Single RAG and FLARE as published."""
     import shutil
 
     from eval.bench_policies import BenchConfig, run_bench
@@ -225,7 +225,11 @@ def bench(tmp_path_factory):
                {"name": "FLARE[q: dev]", "kind": "threshold", "signal": "minprob", "direction": "below",
                 "query_modes": ["all"], "curve": False},
                {"name": "learned", "kind": "learned", "path": str(policy), "select_on_dev": True, "querygen": True,
-                "lam": 0.1}]
+                "lam": 0.1},
+               # the published baselines: each in its own env (query mode, passages a call, caps), replayed as run
+               {"name": "IRCoT", "kind": "ircot", "k": 2},
+               {"name": "SingleRAG", "kind": "single", "k": 3, "injection": "front"},
+               {"name": "FLARE", "kind": "flare", "curve": False}]
     # dev questions where retrieval pays at λ = 0.1 (CoT answers half of them): a threshold with its query mode is
     # calibrated, not the sweep's never-fire point
     cfg = BenchConfig.from_dict({"name": "t", "out_dir": str(tmp_path / "bench"), "env": env, "dev": "12:16",
@@ -243,7 +247,7 @@ def test_from_bench_repeats_what_the_benchmark_evaluated(bench, world_questions,
 
     out, s, policy = bench
     test = world_questions[4:12]
-    for name in ("learned", "FLARE[q: dev]"):
+    for name in ("learned", "FLARE[q: dev]", "IRCoT", "SingleRAG", "FLARE"):
         ref = sorted((json.loads(x) for x in open(s["methods"][name]["per_question"]).read().splitlines()),
                      key=lambda r: r["question_index"])  # the configuration evaluated on test
         p = Pipeline.from_bench(out, name)
@@ -256,7 +260,7 @@ def test_from_bench_repeats_what_the_benchmark_evaluated(bench, world_questions,
             assert {x.retrieved for x in steps} == {True, False} and len({x.query_mode for x in steps}) == 3
             assert s["calibration"]["learned"]["chosen"] in (str(policy), str(policy.parent / "snapshots" /
                                                                               "iter_0001"))
-        else:
+        elif name == "FLARE[q: dev]":
             assert s["calibration"][name]["chosen"] != "never" and s["calibration"][name]["mode"]
             assert p.policy.trigger.threshold == s["calibration"][name]["chosen"]
             assert p.policy.mode == s["calibration"][name]["mode"]
