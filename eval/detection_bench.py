@@ -19,8 +19,8 @@ detector, so ΔAUROC vs PUlSE is a paired comparison). Also: AUROC / PR-AUC per 
 errors vs the correct steps), a calibration check (is a MISLEARNED step confident?), PUlSE ablations
 (magnitude / angle / both; layer intervals early / middle / late / whole / design default / "chosen" = best
 validation AUROC), and AUROC on non-hedging steps. On the micro-world splits RSUS too (``rsus``, on by default):
-``RSUS[ent]``, ``RSUS[cons]``, ``RSUS[ent+cons]``, ``RSUS[verb-proxy]`` and ``RSUS[ent+cons+verb-proxy]``, its
-components computed on the same steps as the env computes them (:mod:`eval.detection_rsus`; U_cons samples 3
+U_ent, U_cons, the U_verb proxies (surface features, with or without the MiniLM embedding) and the weighted RSUS,
+its components computed on the same steps as the env computes them (:mod:`eval.detection_rsus`; U_cons samples 3
 alternatives per step: ≈ 55 ms CPU per step on the micro-world LM, ≈ 8 min for the default splits' ~8,000 steps,
 cached beside the step datasets).
 
@@ -85,7 +85,7 @@ from eval.detection_data import (
 )
 from eval.detection_metrics import calibration, report_split
 from eval.detection_report import format_markdown, main_table, plot_roc
-from eval.detection_rsus import TRAINING_FREE_RSUS, attach_rsus, rsus_cost, rsus_scores
+from eval.detection_rsus import PROXIES, TRAINING_FREE_RSUS, attach_rsus, rsus_cost, rsus_scores
 from eval.stats import (
     auroc,
     youden_threshold,
@@ -113,9 +113,9 @@ def fit_and_score(split: SplitData, cfg: DetectionBenchConfig, model_id: str, pr
     search = cfg.layers == "chosen" or cfg.ablations
     fixed = None if cfg.layers == "chosen" else tuple(int(x) for x in cfg.layers.split(","))
     detectors = split_detectors(s)
-    with_rsus = "rsus_verb_proxy" in detectors
+    proxies = tuple(p for p in PROXIES if p in detectors)  # RSUS's U_verb proxies (eval.detection_rsus)
     n_fits = 3 + (len(candidates) if search else 0) + (2 if cfg.ablations else 0) \
-        + int(fixed is not None and (not search or fixed not in candidates)) + int(with_rsus)
+        + int(fixed is not None and (not search or fixed not in candidates)) + len(proxies)
     task = progress.add_task(f"{SPLIT_LABELS[s.name]}: probes{s.info.get('fold_label', '')}", total=n_fits)
     fits: dict[str, dict[str, Any]] = {}
 
@@ -137,7 +137,7 @@ def fit_and_score(split: SplitData, cfg: DetectionBenchConfig, model_id: str, pr
     if key not in fits:
         run_fit(key, "pulse", main_iv)
     fits["pulse"] = fits[key]
-    for kind in ("reprobe", "ref_last_layer", "ref_step_meta") + (("rsus_verb_proxy",) if with_rsus else ()):
+    for kind in ("reprobe", "ref_last_layer", "ref_step_meta") + proxies:
         run_fit(kind, kind)
     if cfg.ablations:
         for parts in ("magnitude", "angle"):
@@ -145,7 +145,7 @@ def fit_and_score(split: SplitData, cfg: DetectionBenchConfig, model_id: str, pr
 
     # scores (oriented: higher = error) and thresholds (train part / validation only)
     free_tr, free_te = training_free_scores(s.train), training_free_scores(s.test)
-    rsus = rsus_scores(s, fits) if with_rsus else {}
+    rsus = rsus_scores(s, fits) if proxies else {}
     scores: dict[str, np.ndarray] = {}
     thresholds: dict[str, dict[str, Any]] = {}
     for name in detectors:

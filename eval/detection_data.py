@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from envs.core.config import ConfigBase, ConfigError, helpf
-from eval.detection_rsus import RSUS_DETECTORS
+from eval.detection_rsus import PROXIES, RSUS_DETECTORS
 
 #: implemented splits -> description
 SPLITS = {
@@ -96,7 +96,7 @@ class DetectionBenchConfig(ConfigBase):
     reprobe_max_epochs: int = helpf(200, "ReProbe: maximum epochs (an epoch costs ~25x an MLP epoch; lower it for "
                                     "quick runs)")
     progress: bool = helpf(True, "show rich progress bars (stderr)")
-    rsus: bool = helpf(True, "RSUS rows on the micro-world splits: U_ent, U_cons, the U_verb proxy and the weighted "
+    rsus: bool = helpf(True, "RSUS rows on the micro-world splits: U_ent, U_cons, the U_verb proxies and the weighted "
                        "RSUS (eval.detection_rsus; replays the chains and samples rsus_samples alternatives per step, "
                        "cached); not computed on split 'hotpotqa'")
     rsus_samples: int = helpf(3, "RSUS U_cons: sampled alternatives per step (the env's default k)")
@@ -307,8 +307,8 @@ class ProbeFitter:
         if kind == "ref_last_layer":  # the raw (mean-pooled) last-layer state
             return FeatureSpec("reprobe", pooling="mean", extra="last layer only"), \
                 ds.hidden_mean[:, -1, :].astype(np.float32)
-        if kind == "rsus_verb_proxy":  # RSUS's U_verb proxy: `kairos probe train --signal rsus_proxy`'s features
-            spec = FeatureSpec("rsus_proxy", pooling="none", extra="surface")
+        if kind in PROXIES:  # RSUS's U_verb proxies: `kairos probe train --signal rsus_proxy --proxy-features …`
+            spec = FeatureSpec("rsus_proxy", pooling="none", extra=PROXIES[kind])
             return spec, spec.compute(texts=ds.contents.tolist())
         if kind == "ref_step_meta":
             length = np.array([len(c.split()) for c in ds.contents], dtype=np.float32)

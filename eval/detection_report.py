@@ -120,9 +120,10 @@ def _md_setup(result: dict[str, Any]) -> list[str]:
         parts += [f"RSUS rows (micro-world splits; eval.detection_rsus): U_ent = BM25 score entropy of the step's "
                   f"entities over the world's fact corpus (top 100), U_cons = disagreement of {r['n_samples']} "
                   "alternatives sampled from the state before the step, at every step; RSUS = the paper weights "
-                  "0.40 / 0.35 / 0.25 (verb / ent / cons) renormalised over the row's components; U_verb = a "
-                  "surface-feature proxy fitted on the fit part (the micro-world LM states no confidence). Thresholds: "
-                  "Youden's J on the train part, with the proxy on validation. Cost (CPU, generation not included): "
+                  "0.40 / 0.35 / 0.25 (verb / ent / cons) renormalised over the row's components; U_verb = a proxy "
+                  "fitted on the fit part, on surface features with or without the step's MiniLM embedding (the "
+                  "micro-world LM states no confidence). Thresholds: Youden's J on the train part, with a proxy on "
+                  "validation. Cost (CPU, generation not included): "
                   + "; ".join(f"{k} {v['steps']} steps {v['cpu_seconds']} s ({v['ms_per_step']} ms per step)"
                               for k, v in r.items() if isinstance(v, dict) and v) + ". Not computed on (c).", ""]
     return parts

@@ -10,19 +10,20 @@ micro-world's steps have no discourse marker to gate it). The steps are the data
 replayed in the batches :func:`~policies.probes.dataset.build_step_dataset` made them in and checked against the
 dataset row by row (a mismatch is an error). The columns are cached beside the step dataset.
 
-The rows (:data:`RSUS_DETECTORS`), each named for what it computes:
+The rows (:data:`RSUS_DETECTORS`), named as the policy benchmark names RSUS rows (``configs/bench_microworld_rsus.yaml``):
 
 * ``RSUS[ent]`` — U_ent alone (RSUS with ``rsus_components: [ent]``);
 * ``RSUS[cons]`` — U_cons alone;
-* ``RSUS[ent+cons]`` — the env's default RSUS: the paper weights 0.35 / 0.25 renormalised over the two;
-* ``RSUS[verb-proxy]`` — the U_verb proxy alone: an MLP on the step's surface features (hedges, entities, words,
-  discourse marker, numbers) fitted on the split's fit part (``kairos probe train --signal rsus_proxy``'s features);
-  the micro-world LM cannot state a confidence, so this is the only U_verb there is;
-* ``RSUS[ent+cons+verb-proxy]`` — RSUS as shipped with the proxy (``rsus_options.verb_proxy``): the paper weights
-  0.40 / 0.35 / 0.25, the weighted mean over the components a step has.
+* ``RSUS[ent,cons]`` — the env's default RSUS: the paper weights 0.35 / 0.25 renormalised over the two;
+* ``RSUS[verb(proxy: surface)]`` and ``RSUS[verb(proxy: surface+MiniLM)]`` — the U_verb proxy alone, an MLP fitted on
+  the split's fit part on the step's surface features (hedges, entities, words, discourse marker, numbers), with or
+  without its all-MiniLM-L6-v2 embedding (the paper's SBERT + surface; ``kairos probe train --signal rsus_proxy
+  --proxy-features …``): the micro-world LM cannot state a confidence, so a proxy is the only U_verb there is;
+* ``RSUS[verb(proxy: …),ent,cons]`` — RSUS as shipped with that proxy (``rsus_options.verb_proxy``): the paper
+  weights 0.40 / 0.35 / 0.25, the weighted mean over the components a step has.
 
 Thresholds: the training-free rows by Youden's J on the split's whole train part, like the other training-free
-detectors; the proxy like the learned probes (its p(error)); the weighted RSUS with the proxy by Youden's J on
+detectors; the proxies like the learned probes (their p(error)); the weighted RSUS with a proxy by Youden's J on
 validation (the proxy was fitted on the rest of the train part, so its scores there are not held out).
 """
 
@@ -40,18 +41,24 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
+#: the U_verb proxies: row -> proxy features (:data:`agents.signals.rsus.PROXY_FEATURES`)
+PROXIES = {"rsus_verb_surface": "surface", "rsus_verb_minilm": "surface+minilm"}
 #: RSUS row -> (label, learned?, higher = error)
 RSUS_DETECTORS: dict[str, tuple[str, bool, bool]] = {
     "rsus_ent": ("RSUS[ent]", False, True),
     "rsus_cons": ("RSUS[cons]", False, True),
-    "rsus_ent_cons": ("RSUS[ent+cons]", False, True),
-    "rsus_verb_proxy": ("RSUS[verb-proxy]", True, True),
-    "rsus_ent_cons_verb": ("RSUS[ent+cons+verb-proxy]", False, True),
+    "rsus_ent_cons": ("RSUS[ent,cons]", False, True),
+    "rsus_verb_surface": ("RSUS[verb(proxy: surface)]", True, True),
+    "rsus_verb_minilm": ("RSUS[verb(proxy: surface+MiniLM)]", True, True),
+    "rsus_verb_surface_ent_cons": ("RSUS[verb(proxy: surface),ent,cons]", False, True),
+    "rsus_verb_minilm_ent_cons": ("RSUS[verb(proxy: surface+MiniLM),ent,cons]", False, True),
 }
 #: the RSUS rows whose components are training-free (thresholded on the whole train part)
 TRAINING_FREE_RSUS = ("rsus_ent", "rsus_cons", "rsus_ent_cons")
-#: which components each weighted row mixes (verb, ent, cons)
-_MIX = {"rsus_ent": (0, 1, 0), "rsus_cons": (0, 0, 1), "rsus_ent_cons": (0, 1, 1), "rsus_ent_cons_verb": (1, 1, 1)}
+#: each weighted row: (its U_verb proxy row or None, uses U_ent, uses U_cons)
+_MIX = {"rsus_ent": (None, 1, 0), "rsus_cons": (None, 0, 1), "rsus_ent_cons": (None, 1, 1),
+        "rsus_verb_surface_ent_cons": ("rsus_verb_surface", 1, 1),
+        "rsus_verb_minilm_ent_cons": ("rsus_verb_minilm", 1, 1)}
 RSUS_CACHE_VERSION = 1
 
 
@@ -149,29 +156,31 @@ def attach_rsus(world, ds, split: str, n_questions: int | None, cfg, progress, l
     return ds.with_extras(**cols)
 
 
-def weighted_rsus(ds, verb: np.ndarray | None, mix: tuple[int, int, int]) -> np.ndarray:
-    """RSUS of every step of ``ds`` with the paper weights (0.40 / 0.35 / 0.25) over the components ``mix`` selects
-    (verb, ent, cons): :func:`agents.signals.rsus.rsus_score`, the weighted mean over the components a step has
-    (NaN where it has none, as the env masks RSUS there)."""
+def weighted_rsus(ds, verb: np.ndarray | None, ent: bool, cons: bool) -> np.ndarray:
+    """RSUS of every step of ``ds`` with the paper weights (0.40 / 0.35 / 0.25) over U_verb (``verb``: a proxy's
+    scores, or none), U_ent and U_cons as selected: :func:`agents.signals.rsus.rsus_score`, the weighted mean over
+    the components a step has (NaN where it has none, as the env masks RSUS there)."""
     from agents.signals.rsus import PAPER_WEIGHTS, rsus_score
 
     n = len(ds)
     X = np.stack([verb if verb is not None else np.full(n, np.nan), ds.extras["u_ent"], ds.extras["u_cons"]], axis=1)
-    w = np.asarray(PAPER_WEIGHTS) * np.asarray(mix, dtype=float)
+    w = np.asarray(PAPER_WEIGHTS) * np.array([verb is not None, ent, cons], dtype=float)
     return rsus_score(X, w)
 
 
 def rsus_scores(split, fits: dict[str, Any]) -> dict[str, dict[str, np.ndarray]]:
-    """Each RSUS row's scores on the split's train part (``train``; the proxy's only on validation: ``val``) and test
-    part (``test``)."""
+    """Each weighted RSUS row's scores on the split's train part (``train``; with a proxy, finite only on the
+    validation steps, where the proxy's scores are held out) and test part (``test``)."""
     s = split
-    proxy = fits["rsus_verb_proxy"]
-    verb_train = np.full(len(s.train), np.nan)
-    verb_train[s.val_idx] = proxy["val"]
     out: dict[str, dict[str, np.ndarray]] = {}
-    for name, mix in _MIX.items():
-        out[name] = {"train": weighted_rsus(s.train, verb_train if mix[0] else None, mix),
-                     "test": weighted_rsus(s.test, proxy["test"] if mix[0] else None, mix)}
+    for name, (proxy, ent, cons) in _MIX.items():
+        verb_train = verb_test = None
+        if proxy is not None:
+            verb_train = np.full(len(s.train), np.nan)
+            verb_train[s.val_idx] = fits[proxy]["val"]
+            verb_test = fits[proxy]["test"]
+        out[name] = {"train": weighted_rsus(s.train, verb_train, bool(ent), bool(cons)),
+                     "test": weighted_rsus(s.test, verb_test, bool(ent), bool(cons))}
     return out
 
 
