@@ -191,8 +191,10 @@ class EnvConfig(ConfigBase):
                                                                  "eager attention; micro or hf), content (question_embedding, "
                                                                  "step_embedding, context_embedding: what the "
                                                                  "step is about, from the generation pass)")
-    pulse_layers: list[int] | None = helpf(None, "PUlSE layer interval [a, b] (default: the whole stack, or the "
-                                                 "interval of pulse_layers_from)")
+    pulse_layers: list[int] | None = helpf(None, "PUlSE layer interval [a, b] (default: the interval of "
+                                                 "pulse_layers_from; else the whole stack [0, L] on the micro-world, "
+                                                 "the middle of the stack (agents.signals.hidden.default_interval) "
+                                                 "on other reasoners)")
     pulse_layers_from: str | None = helpf(None, "a PUlSE probe directory: the observation's PUlSE features use the "
                                                 "interval recorded with it (`kairos probe train --signal pulse "
                                                 "--layers chosen` picks it on validation); the interval, not the "

@@ -253,7 +253,7 @@ class ReasonerReplica:
         step.meta["signals"] = {n: (sig[n] if sig["mask"][i] > 0 else None) for i, n in enumerate(ex.names)}
         step.meta["probes"] = {n: probe_value(p, step, before) for n, p in probes.items()}  # NaN: masked
         if self.strip:
-            step.hidden_mean = step.hidden_last = step.hidden_first = None
+            step.hidden_mean = step.hidden_last = step.hidden_first = step.token_transitions = None
 
     async def resolve(self, key: str | None, snap: dict | None, ops: tuple) -> dict:
         """The snapshot of a state with pending operations (for a client that needs it before generating)."""

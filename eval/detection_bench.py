@@ -18,7 +18,11 @@ PR-AUC, F1, precision and recall with question-level bootstrap 95% CIs (the same
 detector, so ΔAUROC vs PUlSE is a paired comparison). Also: AUROC / PR-AUC per error kind (that kind's
 errors vs the correct steps), a calibration check (is a MISLEARNED step confident?), PUlSE ablations
 (magnitude / angle / both; layer intervals early / middle / late / whole / design default / "chosen" = best
-validation AUROC), and AUROC on non-hedging steps.
+validation AUROC), and AUROC on non-hedging steps. On the micro-world splits RSUS too (``rsus``, on by default):
+U_ent, U_cons, the U_verb proxies (surface features, with or without the MiniLM embedding) and the weighted RSUS,
+its components computed on the same steps as the env computes them (:mod:`eval.detection_rsus`; U_cons samples 3
+alternatives per step: ≈ 55 ms CPU per step on the micro-world LM, ≈ 8 min for the default splits' ~8,000 steps,
+cached beside the step datasets).
 
 * **(b) shifted** — probes and thresholds exactly as in (a) (fitted on the default world's train
   questions, never refitted), evaluated on the test-question steps of a *shifted* micro-world: another KB
@@ -44,8 +48,9 @@ Example (shell)::
 Writes ``detection_bench.md``, ``detection_bench.json`` and ``roc.png`` under ``--out`` and prints the main
 table.
 
-Modules: :mod:`eval.detection_data` (settings, splits, datasets, probe fitting), this one (fitting, scoring and
-bootstrap of every split; the run and the CLI), :mod:`eval.detection_report` (ROC figure, Markdown tables).
+Modules: :mod:`eval.detection_data` (settings, splits, datasets, probe fitting), :mod:`eval.detection_rsus` (RSUS's
+components and rows), this one (fitting, scoring and bootstrap of every split; the run and the CLI),
+:mod:`eval.detection_report` (ROC figure, Markdown tables).
 """
 
 from __future__ import annotations
@@ -75,10 +80,12 @@ from eval.detection_data import (
     make_split,
     named_intervals,
     shifted_test_steps,
+    split_detectors,
     training_free_scores,
 )
 from eval.detection_metrics import calibration, report_split
 from eval.detection_report import format_markdown, main_table, plot_roc
+from eval.detection_rsus import PROXIES, TRAINING_FREE_RSUS, attach_rsus, rsus_cost, rsus_scores
 from eval.stats import (
     auroc,
     youden_threshold,
@@ -105,8 +112,10 @@ def fit_and_score(split: SplitData, cfg: DetectionBenchConfig, model_id: str, pr
         candidates = list(dict.fromkeys(named.values()))
     search = cfg.layers == "chosen" or cfg.ablations
     fixed = None if cfg.layers == "chosen" else tuple(int(x) for x in cfg.layers.split(","))
+    detectors = split_detectors(s)
+    proxies = tuple(p for p in PROXIES if p in detectors)  # RSUS's U_verb proxies (eval.detection_rsus)
     n_fits = 3 + (len(candidates) if search else 0) + (2 if cfg.ablations else 0) \
-        + int(fixed is not None and (not search or fixed not in candidates))
+        + int(fixed is not None and (not search or fixed not in candidates)) + len(proxies)
     task = progress.add_task(f"{SPLIT_LABELS[s.name]}: probes{s.info.get('fold_label', '')}", total=n_fits)
     fits: dict[str, dict[str, Any]] = {}
 
@@ -128,7 +137,7 @@ def fit_and_score(split: SplitData, cfg: DetectionBenchConfig, model_id: str, pr
     if key not in fits:
         run_fit(key, "pulse", main_iv)
     fits["pulse"] = fits[key]
-    for kind in ("reprobe", "ref_last_layer", "ref_step_meta"):
+    for kind in ("reprobe", "ref_last_layer", "ref_step_meta") + proxies:
         run_fit(kind, kind)
     if cfg.ablations:
         for parts in ("magnitude", "angle"):
@@ -136,11 +145,20 @@ def fit_and_score(split: SplitData, cfg: DetectionBenchConfig, model_id: str, pr
 
     # scores (oriented: higher = error) and thresholds (train part / validation only)
     free_tr, free_te = training_free_scores(s.train), training_free_scores(s.test)
+    rsus = rsus_scores(s, fits) if proxies else {}
     scores: dict[str, np.ndarray] = {}
     thresholds: dict[str, dict[str, Any]] = {}
-    for name, (_, learned, hi) in DETECTORS.items():
+    for name in detectors:
+        _, learned, hi = DETECTORS[name]
         sign = 1.0 if hi else -1.0
-        if learned:
+        if name in rsus:  # the weighted RSUS rows (eval.detection_rsus); NaN = masked: never fires, ranks last
+            r = rsus[name]
+            scores[name] = np.nan_to_num(r["test"], nan=-np.inf)
+            part, rule = ((y_tr, r["train"]), "Youden's J on the train part") if name in TRAINING_FREE_RSUS \
+                else ((y_val, r["train"][s.val_idx]), "Youden's J on validation (the U_verb proxy's held-out part)")
+            t = youden_threshold(part[0], np.nan_to_num(part[1], nan=-np.inf))
+            thresholds[name] = {"oriented": t, "native": t, "rule": rule}
+        elif learned:
             scores[name] = fits[name]["test"]
             if cfg.probe_threshold == "val":
                 t, rule = youden_threshold(y_val, fits[name]["val"]), "Youden's J on validation"
@@ -256,6 +274,13 @@ def _run_micro(cfg: DetectionBenchConfig, splits: list[str], result: dict[str, A
     t0 = time.perf_counter()
     train_ds, test_ds = load_datasets(world, cfg, progress)
     timings["datasets"] = round(time.perf_counter() - t0, 1)
+    if cfg.rsus:  # RSUS's components on the same steps (the chains replayed; k samples per step; cached)
+        t0 = time.perf_counter()
+        train_ds = attach_rsus(world, train_ds, cfg.train_split, cfg.n_train_questions or None, cfg, progress)
+        test_ds = attach_rsus(world, test_ds, cfg.test_split, cfg.n_test_questions or None, cfg, progress)
+        timings["rsus_components"] = round(time.perf_counter() - t0, 1)
+        result["data"]["rsus"] = {"train": rsus_cost(train_ds), "test": rsus_cost(test_ds),
+                                  "n_samples": cfg.rsus_samples}
     result["data"].update({
         "train": {"split": cfg.train_split, "questions": int(train_ds.meta.get("n_questions", 0)),
                   "steps": len(train_ds), "error_rate": float(train_ds.labels.mean()),

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from envs.core.config import ConfigBase, ConfigError, helpf
+from eval.detection_rsus import PROXIES, RSUS_DETECTORS
 
 #: implemented splits -> description
 SPLITS = {
@@ -50,6 +51,7 @@ DETECTORS: dict[str, tuple[str, bool, bool]] = {
     "ref_last_layer": ("ref: last-layer state probe", True, True),
     "ref_step_meta": ("ref: step index + length probe", True, True),
 }
+DETECTORS.update(RSUS_DETECTORS)  # the micro-world splits' RSUS rows (eval.detection_rsus)
 #: error kinds reported first (others found in the data follow)
 KIND_ORDER = ("mislearned", "conflicting", "unseen", "evidence_only")
 HEDGE_RE = re.compile(r"\b(may|might|could|unclear|uncertain|not clear|possibly|perhaps|suggest\w*)\b", re.I)
@@ -94,6 +96,10 @@ class DetectionBenchConfig(ConfigBase):
     reprobe_max_epochs: int = helpf(200, "ReProbe: maximum epochs (an epoch costs ~25x an MLP epoch; lower it for "
                                     "quick runs)")
     progress: bool = helpf(True, "show rich progress bars (stderr)")
+    rsus: bool = helpf(True, "RSUS rows on the micro-world splits: U_ent, U_cons, the U_verb proxies and the weighted "
+                       "RSUS (eval.detection_rsus; replays the chains and samples rsus_samples alternatives per step, "
+                       "cached); not computed on split 'hotpotqa'")
+    rsus_samples: int = helpf(3, "RSUS U_cons: sampled alternatives per step (the env's default k)")
 
     def validate(self) -> None:
         if not self.splits:
@@ -120,6 +126,9 @@ class DetectionBenchConfig(ConfigBase):
             raise ConfigError("DetectionBenchConfig: n_boot must be >= 0")
         if self.benefit_folds < 1:
             raise ConfigError("DetectionBenchConfig: benefit_folds must be >= 1")
+        if self.rsus_samples < 2:
+            raise ConfigError(f"DetectionBenchConfig: rsus_samples must be >= 2 (U_cons compares samples), got "
+                              f"{self.rsus_samples}")
 
 
 
@@ -136,6 +145,13 @@ class SplitData:
     fit_idx: np.ndarray
     val_idx: np.ndarray
     info: dict[str, Any]
+
+
+def split_detectors(split: SplitData) -> list[str]:
+    """The detectors a split is scored with: every one of :data:`DETECTORS`, the RSUS rows only where the split's
+    steps carry RSUS's components (the micro-world splits with ``rsus`` on)."""
+    has_rsus = all("u_ent" in ds.extras for ds in (split.train, split.test))
+    return [d for d in DETECTORS if has_rsus or d not in RSUS_DETECTORS]
 
 
 def kind_counts(ds) -> dict[str, int]:
@@ -228,8 +244,16 @@ def shifted_test_steps(cfg: DetectionBenchConfig, world, progress) -> tuple[Any,
                          "not line up")
     sub = cfg.replace(train_split=cfg.test_split, n_train_questions=0)
     _, test = load_datasets(shifted, sub, progress, only_test=True)
+    if cfg.rsus:  # its own LM samples U_cons, its own corpus scores U_ent
+        from eval.detection_rsus import attach_rsus
+
+        test = attach_rsus(shifted, test, cfg.test_split, cfg.n_test_questions or None, cfg, progress, " (shifted)")
     info = {"artifact": str(path), "seed": shifted.kb.config.seed, "relations": list(shifted.kb.config.relations),
             "steps": len(test), "error_rate": float(test.labels.mean()), "kinds": kind_counts(test)}
+    if cfg.rsus:
+        from eval.detection_rsus import rsus_cost
+
+        info["rsus"] = rsus_cost(test)
     return test, info
 
 
@@ -283,6 +307,9 @@ class ProbeFitter:
         if kind == "ref_last_layer":  # the raw (mean-pooled) last-layer state
             return FeatureSpec("reprobe", pooling="mean", extra="last layer only"), \
                 ds.hidden_mean[:, -1, :].astype(np.float32)
+        if kind in PROXIES:  # RSUS's U_verb proxies: `kairos probe train --signal rsus_proxy --proxy-features …`
+            spec = FeatureSpec("rsus_proxy", pooling="none", extra=PROXIES[kind])
+            return spec, spec.compute(texts=ds.contents.tolist())
         if kind == "ref_step_meta":
             length = np.array([len(c.split()) for c in ds.contents], dtype=np.float32)
             return FeatureSpec("rsus_proxy", pooling="none", extra="step index + length"), \

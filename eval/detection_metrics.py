@@ -34,11 +34,11 @@ def report_split(name: str, info: dict[str, Any], test, parts: list[dict[str, An
     """Metrics with question-level bootstrap CIs, per-kind table, ablations and hedging from the scored test
     part(s) (one part, or k folds whose test parts are ``test`` in order)."""
     y_te = np.concatenate([p["y"] for p in parts])
-    scores = {d: np.concatenate([p["scores"][d] for p in parts]) for d in DETECTORS}
+    scores = {d: np.concatenate([p["scores"][d] for p in parts]) for d in DETECTORS if d in parts[0]["scores"]}
     boots = group_bootstrap_indices(test.question_ids, cfg.n_boot, cfg.seed)
     p0 = parts[0]
     chosen = p0["chosen"]
-    roc = {n: [a.round(5).tolist() for a in roc_curve(y_te, scores[n])] for n in DETECTORS}
+    roc = {n: [a.round(5).tolist() for a in roc_curve(y_te, scores[n])] for n in scores}
     used = [list(p["main_iv"]) for p in parts]
     return {"info": info, "detectors": _detector_rows(name, parts, y_te, scores, boots, progress),
             "by_error_kind": _by_error_kind(test, y_te, scores, boots),
@@ -61,11 +61,12 @@ def _detector_rows(name: str, parts: list[dict[str, Any]], y_te: np.ndarray, sco
     """Each detector's point metrics at its threshold, their bootstrap CIs, its fit, and its AUROC's difference
     from PUlSE's (with the paired bootstrap CI)."""
     thr = {d: np.concatenate([np.full(len(p["y"]), p["thresholds"][d]["oriented"], dtype=float) for p in parts])
-           for d in DETECTORS}
-    btask = progress.add_task(f"{SPLIT_LABELS[name]}: bootstrap", total=len(DETECTORS))
+           for d in scores}
+    btask = progress.add_task(f"{SPLIT_LABELS[name]}: bootstrap", total=len(scores))
     detectors: dict[str, dict[str, Any]] = {}
     boot_auroc: dict[str, np.ndarray] = {}
-    for det, (label, learned, hi) in DETECTORS.items():
+    for det in scores:
+        label, learned, hi = DETECTORS[det]
         o, t = scores[det], thr[det]
         natives = [p["thresholds"][det]["native"] for p in parts]
         row: dict[str, Any] = {"label": label, "learned": learned, "higher_is_error": hi,
@@ -101,7 +102,7 @@ def _by_error_kind(test, y_te: np.ndarray, scores: dict[str, np.ndarray], boots:
         sel = (kinds_te == kind) | (y_te == 0)
         n_k, n_c = int((kinds_te == kind).sum()), int((y_te == 0).sum())
         row = {"n_errors": n_k, "n_correct": n_c, "error_ratio": n_k / (n_k + n_c), "detectors": {}}
-        for det in DETECTORS:
+        for det in scores:
             o = scores[det]
             vals = [auroc(y_te[b][sel[b]], o[b][sel[b]]) for b in boots if (sel[b] & (y_te[b] == 1)).any()]
             row["detectors"][det] = {"auroc": auroc(y_te[sel], o[sel]), "pr_auc": average_precision(y_te[sel], o[sel]),
@@ -145,7 +146,7 @@ def _hedging(test, y_te: np.ndarray, scores: dict[str, np.ndarray]) -> dict[str,
              "error_ratio_hedging": float(y_te[hedging].mean()) if hedging.any() else math.nan,
              "error_ratio_non_hedging": float(y_te[keep].mean()) if keep.any() else math.nan,
              "auroc_non_hedging": {n: (auroc(y_te[keep], scores[n][keep]) if keep.any() else math.nan)
-                                   for n in DETECTORS}}
+                                   for n in scores}}
     hedge["note"] = ("no step matches the hedge patterns (the micro-world's step templates never hedge): "
                      "the non-hedging subset is the whole test set and its AUROCs equal the main table's"
                      if hedging.sum() == 0 else f"{int(hedging.sum())} hedging steps dropped")

@@ -25,9 +25,11 @@ def plot_roc(result: dict[str, Any], path: Path) -> None:
     colors = plt.get_cmap("tab10").colors
     for ax, (name, sp) in zip(axes[0], splits.items()):
         for i, (det, (label, learned, _)) in enumerate(DETECTORS.items()):
+            if det not in sp["roc"]:  # not computed on this split (RSUS on 'hotpotqa')
+                continue
             fpr, tpr = sp["roc"][det]
             ax.plot(fpr, tpr, color=colors[i % 10], lw=1.6 if learned else 1.2,
-                    ls="-" if learned else "--", label=f"{label} ({sp['detectors'][det]['auroc']:.3f})")
+                    ls=("-" if learned else "--") if i < 10 else ":", label=f"{label} ({sp['detectors'][det]['auroc']:.3f})")
         ax.plot([0, 1], [0, 1], color="0.7", lw=0.8, ls=":")
         info = sp["info"]
         ax.set_title(f"{SPLIT_LABELS[name]} — {info['test_steps']} test steps, "
@@ -72,10 +74,12 @@ def main_table(result: dict[str, Any]) -> str:
     for det, (label, _, _) in DETECTORS.items():
         row = [label]
         for sp in result["splits"].values():
-            d = sp["detectors"][det]
-            row += [f"{_f(d['auroc'])} {_ci_txt(d['auroc_ci95'])}", _f(d["pr_auc"]), _f(d["f1"]),
-                    _f(d["precision"]), _f(d["recall"])]
-        rows.append(row)
+            d = sp["detectors"].get(det)
+            row += ["not computed", "–", "–", "–", "–"] if d is None else [
+                f"{_f(d['auroc'])} {_ci_txt(d['auroc_ci95'])}", _f(d["pr_auc"]), _f(d["f1"]), _f(d["precision"]),
+                _f(d["recall"])]
+        if any(det in sp["detectors"] for sp in result["splits"].values()):
+            rows.append(row)
     return markdown_table(headers, rows)
 
 
@@ -111,6 +115,17 @@ def _md_setup(result: dict[str, Any]) -> list[str]:
              f"{'by Youden on validation' if cfg['probe_threshold'] == 'val' else 'at p(error) ≥ ' + cfg['probe_threshold']}"
              f" — never on test. 95% CIs: question-level bootstrap, {cfg['n_boot']} resamples, seed {cfg['seed']} "
              "(the same resamples for every detector).", ""]
+    if "rsus" in data:
+        r = data["rsus"]
+        parts += [f"RSUS rows (micro-world splits; eval.detection_rsus): U_ent = BM25 score entropy of the step's "
+                  f"entities over the world's fact corpus (top 100), U_cons = disagreement of {r['n_samples']} "
+                  "alternatives sampled from the state before the step, at every step; RSUS = the paper weights "
+                  "0.40 / 0.35 / 0.25 (verb / ent / cons) renormalised over the row's components; U_verb = a proxy "
+                  "fitted on the fit part, on surface features with or without the step's MiniLM embedding (the "
+                  "micro-world LM states no confidence). Thresholds: Youden's J on the train part, with a proxy on "
+                  "validation. Cost (CPU, generation not included): "
+                  + "; ".join(f"{k} {v['steps']} steps {v['cpu_seconds']} s ({v['ms_per_step']} ms per step)"
+                              for k, v in r.items() if isinstance(v, dict) and v) + ". Not computed on (c).", ""]
     return parts
 
 
@@ -136,7 +151,9 @@ def _md_metrics(result: dict[str, Any]) -> list[str]:
         parts += [f"### {SPLIT_LABELS[name]}: every metric with its 95% CI, thresholds, ΔAUROC vs PUlSE (paired)", ""]
         rows = []
         for det, (label, _, _) in DETECTORS.items():
-            d = sp["detectors"][det]
+            d = sp["detectors"].get(det)
+            if d is None:
+                continue
             rows.append([label, f"{_f(d['auroc'])} {_ci_txt(d['auroc_ci95'])}",
                          f"{_f(d['pr_auc'])} {_ci_txt(d['pr_auc_ci95'])}", f"{_f(d['f1'])} {_ci_txt(d['f1_ci95'])}",
                          f"{_f(d['precision'])} {_ci_txt(d['precision_ci95'])}",
@@ -159,6 +176,8 @@ def _md_by_kind(result: dict[str, Any]) -> list[str]:
         headers = ["detector"] + [f"{k} (n={r['n_errors']}, ratio {r['error_ratio']:.3f})" for k, r in bk.items()]
         rows = []
         for det, (label, _, _) in DETECTORS.items():
+            if det not in sp["detectors"]:
+                continue
             rows.append([label] + [f"{_f(r['detectors'][det]['auroc'])} {_ci_txt(r['detectors'][det]['auroc_ci95'], 2)}"
                                    f" / {_f(r['detectors'][det]['pr_auc'])}" for r in bk.values()])
         parts += [f"### {SPLIT_LABELS[name]}", "", markdown_table(headers, rows), ""]

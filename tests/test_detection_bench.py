@@ -8,6 +8,7 @@ import pytest
 from envs.core.microworld.artifact import artifact_fingerprint
 from eval.detection_bench import run_bench
 from eval.detection_data import DETECTORS, METRICS, DetectionBenchConfig
+from eval.detection_rsus import RSUS_DETECTORS
 from eval.stats import group_bootstrap_indices
 from policies.probes.dataset import StepDataset, dataset_cache_path, select_questions
 
@@ -61,7 +62,7 @@ def test_end_to_end_outputs_metrics_and_cis(tiny_world, seeded_cache, tmp_path, 
     rc = main(["bench", "detection", "--artifact", str(tiny_world.path), "--out", str(out), "--cache-dir", str(cache),
                "--n-train-questions", str(sizes["train"]), "--n-test-questions", str(sizes["test"]),
                "--n-boot", "200", "--max-epochs", "40", "--patience", "8", "--reprobe-max-epochs", "5",
-               "--interval-search", "named", "--progress", "false"])
+               "--interval-search", "named", "--progress", "false", "--rsus", "false"])
     assert rc == 0
     printed = capsys.readouterr().out
     assert "PUlSE probe" in printed and "AUROC" in printed
@@ -70,7 +71,7 @@ def test_end_to_end_outputs_metrics_and_cis(tiny_world, seeded_cache, tmp_path, 
     res = json.loads((out / "detection_bench.json").read_text())
     assert set(res["splits"]) == {"question", "entity"}
     for name, sp in res["splits"].items():
-        assert set(sp["detectors"]) == set(DETECTORS)
+        assert set(sp["detectors"]) == set(DETECTORS) - set(RSUS_DETECTORS)  # rsus: false
         for det, d in sp["detectors"].items():
             for m in METRICS:
                 v, (lo, hi) = d[m], d[f"{m}_ci95"]
@@ -131,7 +132,7 @@ def test_benefit_split_end_to_end_on_microworld_labels(tmp_path):
     sp = res["splits"]["hotpotqa"]
     info = sp["info"]
     assert info["train_steps"] + info["test_steps"] == data["steps"] and 1 <= info["test_questions"] < 16
-    assert set(sp["detectors"]) == set(DETECTORS)
+    assert set(sp["detectors"]) == set(DETECTORS) - set(RSUS_DETECTORS)  # RSUS: micro-world splits only
     # k-fold: every labelled step is scored once, out of fold, against its own fold's threshold
     cv = run_bench(cfg.replace(benefit_folds=4, out=str(tmp_path / "cv")))["splits"]["hotpotqa"]
     assert cv["info"]["test_steps"] == data["steps"] and cv["info"]["folds"] == 4
@@ -172,3 +173,54 @@ def test_shifted_split_needs_its_artifact_and_the_same_lm_shape(tmp_path, tiny_w
     cfg = cfg.replace(shifted_artifact=str(tiny_world.path))
     with pytest.raises(ValueError, match="another LM shape"):
         shifted_test_steps(cfg, world, None)
+
+
+@pytest.mark.slow  # 24 s at load 6 on 2 CPUs, 97 s at load 10: 60 questions' chains replayed and sampled
+def test_rsus_rows_on_a_tiny_config_of_the_shipped_world(tmp_path):
+    """RSUS in the detection benchmark (eval.detection_rsus): every RSUS row on the micro-world split with a finite
+    AUROC, its threshold rule, the components' cost; the components cached (a rerun reads them) and checked against
+    the step dataset (a dataset of other steps is refused)."""
+    from eval.detection_rsus import attach_rsus, rsus_columns
+
+    cfg = DetectionBenchConfig(out=str(tmp_path / "out"), splits=["question"], n_train_questions=40,
+                               n_test_questions=20, cache_dir=str(tmp_path / "cache"), n_boot=20, max_epochs=15,
+                               patience=5, reprobe_max_epochs=1, interval_search="named", ablations=False,
+                               progress=False)
+    res = run_bench(cfg)
+    sp = res["splits"]["question"]
+    assert set(RSUS_DETECTORS) <= set(sp["detectors"])
+    for det, (label, _, _) in RSUS_DETECTORS.items():
+        d = sp["detectors"][det]
+        assert d["label"] == label and 0.0 <= d["auroc"] <= 1.0, (det, d["auroc"])
+        assert d["threshold_rule"].startswith("Youden's J on the train part") == (det in ("rsus_ent", "rsus_cons",
+                                                                                          "rsus_ent_cons"))
+    assert "surface+minilm" in sp["detectors"]["rsus_verb_minilm"]["fit"]["spec"]
+    assert "surface+minilm" not in sp["detectors"]["rsus_verb_surface"]["fit"]["spec"]
+    cost = res["data"]["rsus"]
+    assert cost["train"]["steps"] == res["data"]["train"]["steps"] and cost["test"]["steps"] == res["data"]["test"]["steps"]
+    assert cost["train"]["u_ent_masked"] == 0 and cost["train"]["u_cons_masked"] == 0
+    md = (tmp_path / "out" / "detection_bench.md").read_text()
+    assert "RSUS[verb(proxy: surface+MiniLM),ent,cons]" in md and "RSUS rows (micro-world splits" in md
+    # cached: the same columns without regenerating; a dataset of other steps is an error naming the row
+    from envs.core.microworld.artifact import load_artifact
+    from eval.detection_data import load_datasets
+
+    world = load_artifact()
+    train, _ = load_datasets(world, cfg, _NoProgress())
+    cols = rsus_columns(world, train, "train", 40, 0, 3, cfg.cache_dir)
+    again = attach_rsus(world, train, "train", 40, cfg, None)
+    np.testing.assert_array_equal(again.extras["u_ent"], cols["u_ent"])
+    other = train.subset(np.arange(1, len(train)))
+    with pytest.raises(ValueError, match="does not match the step dataset at row 0"):
+        rsus_columns(world, other, "train", 40, 0, 3, tmp_path / "elsewhere")
+
+
+class _NoProgress:
+    def add_task(self, *a, **k):
+        return 0
+
+    def advance(self, *a, **k):
+        pass
+
+    def update(self, *a, **k):
+        pass

@@ -37,6 +37,7 @@ class Step:
     hidden_mean: np.ndarray | None = None       # [n_layers + 1, d]
     hidden_last: np.ndarray | None = None       # [n_layers + 1, d]
     hidden_first: np.ndarray | None = None      # [n_layers + 1, d] at the last context token (see stepgen)
+    token_transitions: np.ndarray | None = None  # [n, 2, n_layers]: per-token layer transitions (see stepgen)
     finished: bool = True                       # ended by an end-of-step token
     seconds: float = 0.0                        # measured generation time attributed to this step
     n_tokens: int = 0                           # generated tokens (incl. header)

@@ -119,7 +119,7 @@ class MicroReasoner:
         step = Step(index=len(state.steps) + 1, text=text, content=content, is_answer=is_answer,
                     token_ids=list(out.ids), logprobs=out.logprobs, entropies=out.entropies,
                     maxprobs=out.maxprobs, hidden_mean=out.hidden_mean, hidden_last=out.hidden_last,
-                    hidden_first=out.hidden_first,
+                    hidden_first=out.hidden_first, token_transitions=out.token_transitions,
                     finished=out.finished, seconds=dt, n_tokens=len(out.ids),
                     # word-level tokens: each content token is one word of the line
                     pieces=content_pieces(out.ids, len(out.ids) - len(out.logprobs), self.stop_ids,

@@ -16,6 +16,10 @@ Signals of a step, all from the generation passes (no second pass over the step)
   that generated the line's first token): the model's summary of the question and every earlier line at the
   moment it starts this one — the content observation's ``context_embedding`` (no extra pass). A separate forward pass over ``context + step`` reproduces them
   exactly at positions ``len(context) + header_len - 1 … len(context) + len(step) - 2`` (tested).
+* ``token_transitions``: at each of those positions, PUlSE's per-token layer transitions over the whole stack —
+  ``[n, 2, L]``: row 0 the magnitudes ``||h_{l+1} − h_l||``, row 1 the angles ``arccos(cos(h_l, h_{l+1}))``
+  (:func:`token_transitions`) — so a probe can pool PUlSE features over the step's tokens (max, mean) instead of
+  taking the features of the mean-pooled states; ``[n, 2, L]`` numbers, not the ``[n, L+1, d]`` states.
 
 The line header is found either by a token id (``header_end_id``: content starts after its first
 occurrence; the micro-world's word-level ``:``) or by a callable on the generated ids (``header_fn``:
@@ -85,6 +89,26 @@ class StepOutput:
     finished: bool = True               # ended with an end token (not cut by max_new_tokens)
     state: GenState | None = field(default=None, repr=False)  # state after the step (for continuing)
     attn_received: np.ndarray | None = None  # [n_content] last-layer attention received (see module doc)
+    token_transitions: np.ndarray | None = None  # [n, 2, L] per-position layer transitions (see module doc)
+
+
+def token_transitions(h: torch.Tensor) -> np.ndarray:
+    """PUlSE's layer transitions at every position of ``h`` (``[T, L+1, d]``): ``[T, 2, L]`` float32, row 0 the
+    magnitudes ``||h_{l+1} − h_l||_2``, row 1 the angles ``arccos(clip(cos(h_l, h_{l+1}), −1, 1))`` (computed in
+    float64, as :func:`agents.signals.hidden.transitions`, which gives the same numbers from numpy; a zero vector
+    has cosine 0 with anything). NaN rows (layers a backend did not capture) give NaN transitions.
+
+    Example:
+        >>> h = torch.tensor([[[1., 0.], [0., 1.], [0., 2.]]])      # one position, rows 0..2
+        >>> [[round(float(x), 4) for x in row] for row in token_transitions(h)[0]]   # m = [sqrt 2, 1], theta = [pi/2, 0]
+        [[1.4142, 1.0], [1.5708, 0.0]]
+    """
+    h = h.double()
+    x, y = h[:, :-1, :], h[:, 1:, :]
+    m = (y - x).norm(dim=-1)
+    cos = (x * y).sum(-1) / (x.norm(dim=-1) * y.norm(dim=-1)).clamp_min(1e-12)
+    theta = torch.arccos(cos.clamp(-1.0, 1.0))
+    return torch.stack([m, theta], dim=1).float().cpu().numpy()
 
 
 def _pad_left(states: list[GenState], pad_id: int, device: torch.device):
@@ -338,11 +362,12 @@ def _step_output(state: GenState, b: int, rows: _Rows, mask_b: torch.Tensor, key
     assert row_cache[0][0].shape[1] == n_cached, (row_cache[0][0].shape, n_cached)
     n = len(gen)
     header_len, start = _content_start(gen, header_fn, header_end_id)
-    hm = hl = hf = None
+    hm = hl = hf = tt = None
     if hall is not None and start < n:
         h = hall[start:n, b]
         hm = h.mean(0).float().cpu().numpy()
         hl = h[-1].float().cpu().numpy()
+        tt = token_transitions(h)
     if hall is not None:
         hf = hall[0, b].float().cpu().numpy()
     attn = None
@@ -356,6 +381,7 @@ def _step_output(state: GenState, b: int, rows: _Rows, mask_b: torch.Tensor, key
         entropies=np.asarray(rows.ent[b][start:], dtype=np.float32),
         maxprobs=np.asarray(rows.mp[b][start:], dtype=np.float32), hidden_mean=hm, hidden_last=hl,
         hidden_first=hf, finished=rows.finished[b], state=GenState(new_ids, row_cache, n_cached), attn_received=attn,
+        token_transitions=tt,
     )
 
 

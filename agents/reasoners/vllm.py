@@ -40,7 +40,7 @@ import numpy as np
 
 from agents.reasoners.base import Capabilities
 from agents.reasoners.models import resolve_model
-from agents.reasoners.stepgen import GenState, StepOutput
+from agents.reasoners.stepgen import GenState, StepOutput, token_transitions
 from agents.reasoners.textsteps import TextState, TextStepConfig, TextStepReasoner, eos_token_ids
 from envs.core.config import ConfigError, helpf
 
@@ -191,17 +191,18 @@ class VLLMReasoner(TextStepReasoner):
         ids = list(res.token_ids)
         n = len(ids)
         header_len = start = min(max(int(self._header_len(ids)), 0), n)
-        hm = hl = hf = None
+        hm = hl = hf = tt = None
         if capture and res.hidden is not None and n:
-            hm, hl, hf = self._pool(res.hidden, start, n)
+            hm, hl, hf, tt = self._pool(res.hidden, start, n)
         return StepOutput(ids=ids, header_len=header_len, logprobs=res.logprobs[start:],
                           entropies=None if res.entropies is None else res.entropies[start:],
                           maxprobs=res.maxprobs[start:], hidden_mean=hm, hidden_last=hl, hidden_first=hf,
-                          finished=res.finished, state=GenState(list(gen.ids) + ids))
+                          finished=res.finished, state=GenState(list(gen.ids) + ids), token_transitions=tt)
 
     def _pool(self, hidden, start: int, n: int):
         """``(hidden_mean, hidden_last, hidden_first)`` as ``[n_layers + 1, d]`` float32 arrays (NaN rows where a row
-        was not captured), pooled on the engine's device."""
+        was not captured), pooled on the engine's device, and the content positions' ``token_transitions``
+        (``[T, 2, n_layers]``, :func:`~agents.reasoners.stepgen.token_transitions`; NaN where a row is missing)."""
         rows = self.engine.rows
         full = len(rows) == self.n_layers + 1
 
@@ -215,9 +216,16 @@ class VLLMReasoner(TextStepReasoner):
 
         hf = spread(hidden[0])
         if start >= n:  # no content token: as stepgen, no mean / last
-            return None, None, hf
+            return None, None, hf, None
         h = hidden[start:n]
-        return spread(h.float().mean(0)), spread(h[-1]), hf
+        if full:
+            per_token = h
+        else:
+            import torch
+
+            per_token = torch.full((h.shape[0], self.n_layers + 1, h.shape[-1]), float("nan"), device=h.device)
+            per_token[:, list(rows)] = h.float()
+        return spread(h.float().mean(0)), spread(h[-1]), hf, token_transitions(per_token)
 
     def sample_alternatives(self, state: TextState, k: int, seed: int = 0, temperature: float = 1.0) -> list[str]:
         """``k`` sampled next lines, request ``i`` seeded with ``(seed, i)`` (the same lines in any batch)."""

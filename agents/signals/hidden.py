@@ -32,7 +32,11 @@ EPS = 1e-12
 LAYER_PRESETS: dict[str, tuple[int, int]] = {"qwen2.5-7b": (7, 25), "llama-3.1-8b": (6, 31)}
 
 PARTS = ("both", "magnitude", "angle")
+#: pooling of the hidden states over a step's tokens: the states' mean or the last token's states
 POOLINGS = ("mean", "last")
+#: PUlSE's poolings: those of :data:`POOLINGS` (features of the pooled states), or the per-token features
+#: (each token's transitions, ``Step.token_transitions``) pooled over the step's tokens by max or mean
+PULSE_POOLINGS = ("mean", "last", "max", "token_mean")
 
 
 def default_interval(n_layers: int, model_id: str | None = None) -> tuple[int, int]:
@@ -100,6 +104,59 @@ def pulse_features(h: np.ndarray, layers: tuple[int, int] | None = None, parts: 
     return out[parts]().astype(np.float32)
 
 
+def pool_token_transitions(tt: np.ndarray, pooling: str) -> np.ndarray:
+    """Per-token transitions ``[T, 2, L]`` (``Step.token_transitions``) pooled over the ``T`` tokens: ``[2, L]``.
+
+    ``max``: each magnitude and each angle's maximum over the tokens (the strongest per-token change — the pooling
+    arXiv 2605.18549 finds best for detection, there over per-token probe scores); ``token_mean``: their mean
+    (unlike ``mean`` pooling, which takes the transitions of the mean-pooled states).
+
+    Example:
+        >>> tt = np.array([[[1., 2.], [0.5, 0.25]], [[3., 0.], [1.5, 0.0]]])      # 2 tokens, L = 2
+        >>> pool_token_transitions(tt, "max").tolist(), pool_token_transitions(tt, "token_mean").tolist()
+        ([[3.0, 2.0], [1.5, 0.25]], [[2.0, 1.0], [1.0, 0.125]])
+    """
+    tt = np.asarray(tt, dtype=np.float64)
+    if tt.ndim != 3 or tt.shape[1] != 2 or tt.shape[0] == 0:
+        raise ValueError(f"per-token transitions must be [T >= 1, 2, L], got shape {list(tt.shape)}")
+    if pooling == "max":
+        return tt.max(0).astype(np.float32)
+    if pooling == "token_mean":
+        return tt.mean(0).astype(np.float32)
+    raise ValueError(f"unknown per-token pooling '{pooling}' (valid: max, token_mean)")
+
+
+def pulse_from_transitions(mt: np.ndarray, layers: tuple[int, int] | None = None, parts: str = "both") -> np.ndarray:
+    """PUlSE feature ``[m_a … m_{b-1}, θ_a … θ_{b-1}]`` from pooled transitions ``mt`` (``[..., 2, L]``, the
+    output of :func:`pool_token_transitions`): the same layout as :func:`pulse_features`.
+
+    Example:
+        >>> mt = np.array([[3., 2., 1.], [0.75, 0.5, 0.25]])      # L = 3
+        >>> pulse_from_transitions(mt, (1, 3)).tolist()
+        [2.0, 1.0, 0.5, 0.25]
+    """
+    if parts not in PARTS:
+        raise ValueError(f"unknown PUlSE parts '{parts}' (valid: {', '.join(PARTS)})")
+    mt = np.asarray(mt)
+    a, b = _check_interval(layers if layers is not None else (0, mt.shape[-1]), mt.shape[-1] + 1)
+    m, theta = mt[..., 0, a:b], mt[..., 1, a:b]
+    out = {"both": lambda: np.concatenate([m, theta], axis=-1), "magnitude": lambda: m, "angle": lambda: theta}
+    return out[parts]().astype(np.float32)
+
+
+def step_pulse(step: Step, layers: tuple[int, int], pooling: str = "mean", parts: str = "both") -> np.ndarray:
+    """PUlSE features of one step under any of :data:`PULSE_POOLINGS` (the signal's and the probes' one path);
+    :class:`~agents.signals.base.SignalUnavailable` when the step lacks what the pooling reads."""
+    if pooling not in PULSE_POOLINGS:
+        raise ValueError(f"unknown PUlSE pooling '{pooling}' (valid: {', '.join(PULSE_POOLINGS)})")
+    if pooling in POOLINGS:
+        return pulse_features(_pooled(step, pooling), layers, parts)
+    if step.token_transitions is None or len(step.token_transitions) == 0:
+        raise SignalUnavailable(f"step {step.index} has no per-token layer transitions ({pooling} pooling; the "
+                                "reasoner did not capture hidden states at its content tokens)")
+    return pulse_from_transitions(pool_token_transitions(step.token_transitions, pooling), layers, parts)
+
+
 def coe_scores(h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """CoE-R and CoE-C over the whole stack ``0..L`` (higher = more likely correct).
 
@@ -161,7 +218,9 @@ class Pulse(SignalBase):
     Args:
         layers: ``(a, b)``; default :func:`default_interval` of ``n_layers`` (pass it explicitly for a
             fixed observation shape on backends without hidden states).
-        pooling: ``mean`` over the step's generating positions (default) or ``last`` (``hidden_last``).
+        pooling: ``mean`` over the step's generating positions (default) or ``last`` (``hidden_last``): the
+            features of the pooled states; or ``max`` / ``token_mean``: each token's features
+            (``Step.token_transitions``) pooled over the step's tokens (:func:`pool_token_transitions`).
         parts: ``both`` | ``magnitude`` | ``angle`` (ablations).
         n_layers, model_id: model facts (filled in by the extractor).
 
@@ -179,8 +238,8 @@ class Pulse(SignalBase):
 
     def __init__(self, layers: tuple[int, int] | list[int] | None = None, pooling: str = "mean",
                  parts: str = "both", n_layers: int | None = None, model_id: str | None = None):
-        if pooling not in POOLINGS:
-            raise ValueError(f"unknown pooling '{pooling}' (valid: {', '.join(POOLINGS)})")
+        if pooling not in PULSE_POOLINGS:
+            raise ValueError(f"unknown PUlSE pooling '{pooling}' (valid: {', '.join(PULSE_POOLINGS)})")
         if parts not in PARTS:
             raise ValueError(f"unknown PUlSE parts '{parts}' (valid: {', '.join(PARTS)})")
         if layers is None and n_layers is not None:
@@ -197,7 +256,7 @@ class Pulse(SignalBase):
     def __call__(self, step: Step, state: Any = None) -> np.ndarray:
         if self.layers is None:
             raise SignalUnavailable("PUlSE has no layer interval (give layers= or n_layers=)")
-        return pulse_features(_pooled(step, self.pooling), self.layers, self.parts)
+        return step_pulse(step, self.layers, self.pooling, self.parts)
 
 
 class _CoE(SignalBase):

@@ -368,6 +368,27 @@ def _try(fn: Callable[[], float]) -> float | None:
         return None
 
 
+def rsus_score(components: np.ndarray, weights: Sequence[float]) -> np.ndarray:
+    """RSUS of many steps at once, as :class:`RSUS` computes it for one: the weighted mean of the components a step
+    has (NaN = cannot be computed; a component of weight 0 is left out), NaN where it has none.
+
+    Args:
+        components: ``[N, 3]`` (U_verb, U_ent, U_cons), NaN where missing.
+        weights: ``(w_verb, w_ent, w_cons)``.
+
+    Example:
+        >>> rsus_score(np.array([[0.2, 0.6, np.nan], [np.nan, np.nan, np.nan]]), PAPER_WEIGHTS).round(4).tolist()
+        [0.3867, nan]
+    """
+    X = np.asarray(components, dtype=np.float64)
+    w = np.asarray(weights, dtype=np.float64)
+    A = ~np.isnan(X) & (w > 0)
+    den = A @ w
+    num = np.where(A, X, 0.0) @ w
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+
 def fit_weights(components: np.ndarray, target: np.ndarray, step: float = 0.05, available: np.ndarray | None = None,
                 use: Sequence[str] = ("verb", "ent", "cons")) -> tuple[float, float, float]:
     """Grid search over the weight simplex maximising the Pearson correlation of RSUS with ``target``.

@@ -32,7 +32,13 @@ from typing import Any
 import numpy as np
 
 from agents.reasoners.registry import reasoner_model_id
-from policies.probes.dataset import _ARRAYS, DATASET_VERSION, StepDataset, default_cache_dir
+from policies.probes.dataset import (
+    _ARRAYS,
+    DATASET_VERSION,
+    StepDataset,
+    default_cache_dir,
+    token_pooled_columns,
+)
 
 log = logging.getLogger(__name__)
 
@@ -196,4 +202,6 @@ def _columns(rows: dict[int, dict[str, Any]], order: list[int], chains: dict[int
             cols["hops"].append(2)
             cols["question_correct"].append(float(r["quality_never"]) >= 0.5)
             cols["contents"].append(step.content)
+            for k, v in token_pooled_columns(step).items():
+                cols.setdefault(k, []).append(v)
     return cols, skipped

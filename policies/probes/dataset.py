@@ -3,7 +3,8 @@
 :func:`build_step_dataset` runs the micro-world reasoner's closed-book greedy chains on a question split,
 labels every non-answer step with :func:`envs.core.microworld.labels.label_chain` (error = label is not
 ``correct``) and keeps, per step, everything the detectors need: the pooled per-layer states
-(``hidden_mean`` / ``hidden_last``), the output-level signals, the step text, its question, error kind and
+(``hidden_mean`` / ``hidden_last``), PUlSE's per-token transitions pooled over the step (``extras``), the
+output-level signals, the step text, its question, error kind and
 subject entity. The result is cached as ``.npz`` keyed by the artifact fingerprint and the question ids,
 so training a probe, choosing a layer interval and the detection benchmark share one generation run.
 
@@ -34,10 +35,12 @@ from envs.core.microworld.artifact import artifact_fingerprint, world_model_id
 
 log = logging.getLogger(__name__)
 
-DATASET_VERSION = 1
+DATASET_VERSION = 2  # 2: the per-token PUlSE transitions pooled by max and mean (extras pulse_max, pulse_token_mean)
 OUTPUT_COLUMNS = ("ppl", "maxprob", "entropy", "minprob")
 _ARRAYS = ("hidden_mean", "hidden_last", "output", "labels", "label_names", "error_kinds", "question_ids",
            "subjects", "relations", "step_index", "hops", "question_correct", "contents")
+#: PUlSE's per-token poolings the builders record, each as the extra column ``pulse_<pooling>`` ([N, 2, L])
+TOKEN_POOLINGS = ("max", "token_mean")
 
 
 def default_cache_dir() -> Path:
@@ -45,9 +48,24 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("KAIROS_CACHE", "~/.cache/kairos")).expanduser() / "steps"
 
 
+def token_pooled_columns(step) -> dict[str, np.ndarray]:
+    """A step's per-token transitions pooled by each of :data:`TOKEN_POOLINGS` (``{"pulse_max": [2, L], …}``;
+    the dataset builders' extra columns); ``{}`` for a step without them (a reasoner that does not record them:
+    the dataset then has no such column, and a probe that needs one says so)."""
+    from agents.signals.hidden import pool_token_transitions
+
+    if step.token_transitions is None or len(step.token_transitions) == 0:
+        return {}
+    return {f"pulse_{p}": pool_token_transitions(step.token_transitions, p) for p in TOKEN_POOLINGS}
+
+
 @dataclass
 class StepDataset:
-    """One row per labelled step (arrays aligned on the first axis)."""
+    """One row per labelled step (arrays aligned on the first axis).
+
+    ``extras`` holds further aligned columns by name: what the builders record beyond the core arrays (PUlSE's
+    per-token transitions pooled over the step, ``pulse_max`` / ``pulse_token_mean``, each ``[N, 2, L]``) and
+    what a consumer attaches (:meth:`with_extras`; e.g. the detection benchmark's RSUS components)."""
 
     hidden_mean: np.ndarray          # [N, L+1, d] float32
     hidden_last: np.ndarray          # [N, L+1, d] float32
@@ -63,12 +81,28 @@ class StepDataset:
     question_correct: np.ndarray     # [N] bool: the chain's final answer is right
     contents: np.ndarray             # [N] step text without header
     meta: dict[str, Any] = field(default_factory=dict)
+    extras: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])
 
     def subset(self, idx: np.ndarray) -> StepDataset:
-        return StepDataset(**{k: getattr(self, k)[idx] for k in _ARRAYS}, meta=dict(self.meta))
+        return StepDataset(**{k: getattr(self, k)[idx] for k in _ARRAYS}, meta=dict(self.meta),
+                           extras={k: v[idx] for k, v in self.extras.items()})
+
+    def with_extras(self, **columns: np.ndarray) -> StepDataset:
+        """A copy with more aligned columns in :attr:`extras` (each with one row per step)."""
+        for k, v in columns.items():
+            if len(v) != len(self):
+                raise ValueError(f"extra column '{k}' has {len(v)} rows, the dataset {len(self)} steps")
+        return StepDataset(**{k: getattr(self, k) for k in _ARRAYS}, meta=dict(self.meta),
+                           extras={**self.extras, **{k: np.asarray(v) for k, v in columns.items()}})
+
+    @classmethod
+    def concat(cls, a: StepDataset, b: StepDataset) -> StepDataset:
+        """``a``'s rows then ``b``'s (``a``'s meta; the extra columns both have)."""
+        return cls(**{k: np.concatenate([getattr(a, k), getattr(b, k)]) for k in _ARRAYS}, meta=dict(a.meta),
+                   extras={k: np.concatenate([a.extras[k], b.extras[k]]) for k in a.extras if k in b.extras})
 
     def output_column(self, name: str) -> np.ndarray:
         """One output-level signal (``ppl`` | ``maxprob`` | ``entropy`` | ``minprob``)."""
@@ -76,25 +110,40 @@ class StepDataset:
             raise ValueError(f"unknown output signal '{name}' (valid: {', '.join(OUTPUT_COLUMNS)})")
         return self.output[:, OUTPUT_COLUMNS.index(name)]
 
+    def features(self, spec) -> np.ndarray:
+        """``[N, F]`` features of every step for a :class:`~policies.probes.probe.FeatureSpec` (the per-token
+        poolings read the ``pulse_<pooling>`` extra column)."""
+        pooled = self.extras.get(f"pulse_{spec.pooling}") if spec.per_token else None
+        if spec.per_token and pooled is None:
+            raise ValueError(f"this step dataset has no per-token PUlSE transitions pooled by {spec.pooling} (extra "
+                             f"column 'pulse_{spec.pooling}'): its reasoner did not record Step.token_transitions "
+                             "at every step")
+        return spec.compute(hidden_mean=self.hidden_mean, hidden_last=self.hidden_last,
+                            texts=self.contents.tolist(), token_pooled=pooled)
+
     @classmethod
     def from_columns(cls, cols: dict[str, list], meta: dict[str, Any]) -> StepDataset:
-        """A dataset from per-step column lists (every name of ``_ARRAYS``); ``meta`` gains the layer count and
-        width."""
+        """A dataset from per-step column lists (every name of ``_ARRAYS``; any other name is an extra column of
+        stacked arrays); ``meta`` gains the layer count and width."""
         dtypes = {"labels": np.int8, "step_index": np.int16, "hops": np.int8, "question_correct": bool}
         arrays = {k: (np.stack(v) if k in ("hidden_mean", "hidden_last", "output")
-                      else np.asarray(v, dtype=dtypes.get(k, str))) for k, v in cols.items()}
+                      else np.asarray(v, dtype=dtypes.get(k, str))) for k, v in cols.items() if k in _ARRAYS}
+        n = len(arrays["labels"])
+        extras = {k: np.stack(v) for k, v in cols.items() if k not in _ARRAYS and len(v) == n}  # (every step has it)
         return cls(**arrays, meta={**meta, "n_layers": int(arrays["hidden_mean"].shape[1] - 1),
-                                   "hidden_size": int(arrays["hidden_mean"].shape[2])})
+                                   "hidden_size": int(arrays["hidden_mean"].shape[2])}, extras=extras)
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | Path) -> None:
         with atomic_open(path, "wb") as f:
-            np.savez(f, **{k: getattr(self, k) for k in _ARRAYS}, meta=np.array(json.dumps(self.meta)))
+            np.savez(f, **{k: getattr(self, k) for k in _ARRAYS}, **{f"extra.{k}": v for k, v in self.extras.items()},
+                     meta=np.array(json.dumps(self.meta)))
 
     @classmethod
     def load(cls, path: str | Path) -> StepDataset:
         with np.load(path, allow_pickle=False) as z:
-            return cls(**{k: z[k] for k in _ARRAYS}, meta=json.loads(str(z["meta"])))
+            return cls(**{k: z[k] for k in _ARRAYS}, meta=json.loads(str(z["meta"])),
+                       extras={k[len("extra."):]: z[k] for k in z.files if k.startswith("extra.")})
 
 
 def select_questions(questions: list, n: int | None, seed: int = 0) -> list:
@@ -186,6 +235,8 @@ def build_step_dataset(world, split: str = "train", n_questions: int | None = 20
                 rows["hops"].append(q.hops)
                 rows["question_correct"].append(bool(correct))
                 rows["contents"].append(step.content)
+                for k, v in token_pooled_columns(step).items():
+                    rows.setdefault(k, []).append(v)
         log.info("step dataset: %d/%d questions, %d steps", min(start + chunk, len(qs)), len(qs),
                  len(rows["labels"]))
     if not rows["labels"]:

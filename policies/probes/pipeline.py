@@ -42,7 +42,10 @@ class ProbeTrainConfig(ConfigBase):
     layers: str = helpf("", "PUlSE layer interval 'a,b' over hidden rows 0..L (empty: middle of the stack), or "
                             "'chosen': a probe per interval [a, b] (every one with b - a >= 2), the best validation "
                             "AUROC kept, as the PUlSE paper's Figure 4 protocol; the search is recorded with the probe")
-    pooling: str = helpf("", "hidden-state pooling: mean | last (empty: mean for pulse, last for reprobe)")
+    pooling: str = helpf("", "pooling over the step's tokens: mean | last (the pooled states' features; empty: mean "
+                             "for pulse, last for reprobe); PUlSE also max | token_mean (each token's features, their "
+                             "maximum or mean over the step), or 'chosen': every PUlSE pooling (with the interval "
+                             "search when layers is 'chosen'), the best validation AUROC kept; the search is recorded")
     proxy_features: str = helpf("surface+minilm", "rsus_proxy: surface+minilm (the paper's SBERT + surface features: "
                                                   "the step's all-MiniLM-L6-v2 embedding and its surface features) "
                                                   "| surface (surface features alone)")
@@ -74,8 +77,14 @@ class ProbeTrainConfig(ConfigBase):
                               f"{', '.join(PROXY_FEATURES)})")
         if self.split not in ("question", "entity"):
             raise ConfigError(f"ProbeTrainConfig: unknown split '{self.split}' (valid: question, entity)")
-        if self.pooling not in ("", "mean", "last"):
-            raise ConfigError(f"ProbeTrainConfig: unknown pooling '{self.pooling}' (valid: mean, last)")
+        from policies.probes.probe import POOLINGS_OF
+
+        valid = POOLINGS_OF.get(self.signal, ())
+        if self.pooling and self.pooling not in (*valid, "chosen"):
+            raise ConfigError(f"ProbeTrainConfig: unknown pooling '{self.pooling}' for signal '{self.signal}' (valid: "
+                              f"{', '.join(valid) or 'none: leave it empty'}{', chosen' if self.signal == 'pulse' else ''})")
+        if self.pooling == "chosen" and self.signal != "pulse":
+            raise ConfigError(f"ProbeTrainConfig: pooling 'chosen' searches PUlSE poolings; signal is '{self.signal}'")
         if self.parts not in ("both", "magnitude", "angle"):
             raise ConfigError(f"ProbeTrainConfig: unknown parts '{self.parts}' (valid: both, magnitude, angle)")
         if self.layers == "chosen" and self.signal != "pulse":
@@ -108,8 +117,8 @@ def make_spec(cfg: ProbeTrainConfig, n_layers: int, model_id: str | None = None)
     from policies.probes.probe import FeatureSpec
 
     if cfg.signal == "pulse":
-        if cfg.layers == "chosen":
-            raise ConfigError("make_spec: layers 'chosen' is resolved by train_probe's interval search")
+        if cfg.layers == "chosen" or cfg.pooling == "chosen":
+            raise ConfigError("make_spec: 'chosen' is resolved by train_probe's interval / pooling search")
         layers = parse_layers(cfg.layers) if cfg.layers else default_interval(n_layers, model_id)
         if layers[1] > n_layers:
             raise ConfigError(f"layer interval {list(layers)} exceeds the model's rows 0..{n_layers}")
@@ -195,15 +204,25 @@ def train_probe(cfg: ProbeTrainConfig) -> tuple[Any, dict[str, Any]]:
         tr, va = group_split(ds.question_ids, cfg.val_frac, cfg.seed)
     else:
         tr, va = entity_disjoint_split(ds.subjects, cfg.val_frac, cfg.seed)
-    search = None
-    if cfg.layers == "chosen":  # PUlSE's Figure 4 protocol: the interval with the best validation AUROC
+    search = pooling_search = None
+    asked = cfg
+    if cfg.pooling == "chosen":  # every PUlSE pooling (each with its interval search), the best validation AUROC
+        pooling_search = choose_pooling(cfg, ds, tr, va, n_layers, model_id)
+        best = pooling_search["chosen"]
+        search = pooling_search["candidates"][best].get("interval_search")
+        cfg = cfg.replace(pooling=best, layers=",".join(map(str, pooling_search["candidates"][best]["layers"])))
+    elif cfg.layers == "chosen":  # PUlSE's Figure 4 protocol: the interval with the best validation AUROC
         search = choose_interval(cfg, ds, tr, va, n_layers, model_id)
         cfg = cfg.replace(layers=",".join(map(str, search["chosen"])))
     spec = make_spec(cfg, n_layers, model_id)
-    X = spec.compute(hidden_mean=ds.hidden_mean, hidden_last=ds.hidden_last, texts=ds.contents.tolist())
+    X = ds.features(spec)
     arch = default_arch(spec, X.shape[1], tuple(ds.hidden_last.shape[1:]))
-    info = {"artifact": str(world.path) if world is not None else None, "dataset": ds.meta, "split": cfg.split, "val_frac": cfg.val_frac,
-            "train_config": cfg.to_dict(), **({"interval_search": search} if search else {})}
+    searches = {**({"interval_search": search} if search else {}),
+                **({"pooling_search": pooling_search} if pooling_search else {})}
+    info = {"artifact": str(world.path) if world is not None else None, "dataset": ds.meta, "split": cfg.split,
+            "val_frac": cfg.val_frac, "train_config": asked.to_dict(), "resolved": {"layers": cfg.layers,
+                                                                                   "pooling": spec.pooling},
+            **searches}
     probe, hist = fit_probe(spec, X, ds.labels, tr, va, model_id=model_id, arch=arch, fit=cfg.fit_config(),
                             threshold=cfg.threshold, info=info)
     report: dict[str, Any] = {
@@ -212,7 +231,7 @@ def train_probe(cfg: ProbeTrainConfig) -> tuple[Any, dict[str, Any]]:
                  "error_rate": float(ds.labels.mean()),
                  "labels": {str(k): int(v) for k, v in zip(*np.unique(ds.label_names, return_counts=True))}},
         "fit": {"best_epoch": hist["best_epoch"], "epochs": hist["epochs"]},
-        **({"interval_search": search} if search else {}),
+        **searches,
         "val": detection_report(ds, probe.predict_proba(X[va]), va, tr, cfg.threshold, cfg.n_boot, cfg.seed),
     }
     ev = None
@@ -222,12 +241,20 @@ def train_probe(cfg: ProbeTrainConfig) -> tuple[Any, dict[str, Any]]:
         except ValueError as e:  # e.g. an incompetent LM wrote no step with content tokens
             log.warning("held-out evaluation skipped: %s", e)
     if ev is not None:
-        Xe = spec.compute(hidden_mean=ev.hidden_mean, hidden_last=ev.hidden_last, texts=ev.contents.tolist())
+        Xe = ev.features(spec)
         # reference thresholds come from the probe's training data (no choice is made on the eval split)
         merged = _concat(ds.subset(tr), ev)
         idx = np.arange(len(tr), len(merged))
         report["eval"] = {"split": cfg.eval_split, "steps": len(ev), **detection_report(
             merged, probe.predict_proba(Xe), idx, np.arange(len(tr)), cfg.threshold, cfg.n_boot, cfg.seed)}
+    if ev is not None and pooling_search:  # each pooling's probe on the held-out questions: reported, not chosen on
+        pooling_search["eval_auroc"] = {"split": cfg.eval_split, **{
+            p: auroc_of(c["probe"], ev, make_spec(cfg.replace(pooling=p, layers=",".join(map(str, c["layers"]))),
+                                                  n_layers, model_id))
+            for p, c in pooling_search["candidates"].items()}}
+    if pooling_search:
+        for c in pooling_search["candidates"].values():
+            c.pop("probe")
     probe.info["metrics"] = {k: report[k] for k in ("val", "eval") if k in report}
     if cfg.out:
         probe.save(cfg.out)
@@ -246,31 +273,77 @@ def candidate_intervals(n_layers: int) -> list[tuple[int, int]]:
 
 
 def choose_interval(cfg: ProbeTrainConfig, ds, tr: np.ndarray, va: np.ndarray, n_layers: int,
-                    model_id: str | None) -> dict[str, Any]:
+                    model_id: str | None, keep_probe: bool = False) -> dict[str, Any]:
     """Fit a PUlSE probe per :func:`candidate_intervals` on ``tr`` (early stopping on ``va``) and keep the one with
     the best validation AUROC (ties: the narrower, then the earlier interval). Returns ``{"on": "validation",
-    "chosen": [a, b], "val_auroc": {"a,b": AUROC}}``; no test data is read."""
+    "chosen": [a, b], "val_auroc": {"a,b": AUROC}}`` (and the chosen interval's ``"probe"`` with ``keep_probe``);
+    no test data is read. The config's pooling is used (not ``chosen``)."""
     from policies.probes.probe import default_arch, fit_probe
 
     scores: dict[str, float] = {}
+    probes: dict[str, Any] = {}
     for a, b in candidate_intervals(n_layers):
         spec = make_spec(cfg.replace(layers=f"{a},{b}"), n_layers, model_id)
-        X = spec.compute(hidden_mean=ds.hidden_mean, hidden_last=ds.hidden_last, texts=ds.contents.tolist())
-        _, hist = fit_probe(spec, X, ds.labels, tr, va, model_id=model_id,
-                            arch=default_arch(spec, X.shape[1], tuple(ds.hidden_last.shape[1:])),
-                            fit=cfg.fit_config(), threshold=cfg.threshold)
+        X = ds.features(spec)
+        probe, hist = fit_probe(spec, X, ds.labels, tr, va, model_id=model_id,
+                                arch=default_arch(spec, X.shape[1], tuple(ds.hidden_last.shape[1:])),
+                                fit=cfg.fit_config(), threshold=cfg.threshold)
         scores[f"{a},{b}"] = float(hist["best_val_auroc"])
+        if keep_probe:
+            probes[f"{a},{b}"] = probe
     best = max(scores, key=lambda k: (scores[k], -(int(k.split(",")[1]) - int(k.split(",")[0])),
                                       -int(k.split(",")[0])))
-    log.info("PUlSE interval chosen on validation: [%s] (AUROC %.4f of %d candidates)", best, scores[best],
-             len(scores))
-    return {"on": "validation", "chosen": [int(x) for x in best.split(",")], "val_auroc": scores}
+    log.info("PUlSE interval chosen on validation (pooling %s): [%s] (AUROC %.4f of %d candidates)",
+             cfg.pooling or "mean", best, scores[best], len(scores))
+    out: dict[str, Any] = {"on": "validation", "chosen": [int(x) for x in best.split(",")], "val_auroc": scores}
+    if keep_probe:
+        out["probe"] = probes[best]
+    return out
+
+
+def choose_pooling(cfg: ProbeTrainConfig, ds, tr: np.ndarray, va: np.ndarray, n_layers: int,
+                   model_id: str | None) -> dict[str, Any]:
+    """Every PUlSE pooling of :data:`~policies.probes.probe.POOLINGS_OF` — each with the interval search when
+    ``cfg.layers`` is ``chosen``, else at the config's interval — and the one with the best validation AUROC (ties:
+    the order of the list, ``mean`` first). Returns ``{"on": "validation", "chosen": pooling, "val_auroc":
+    {pooling: AUROC}, "candidates": {pooling: {"layers": [a, b], "val_auroc": …, "interval_search": …, "probe": …}}}``
+    (``train_probe`` drops the probes); no test data is read."""
+    from policies.probes.probe import POOLINGS_OF, default_arch, fit_probe
+
+    cands: dict[str, dict[str, Any]] = {}
+    for pooling in POOLINGS_OF["pulse"]:
+        sub = cfg.replace(pooling=pooling)
+        if cfg.layers == "chosen":
+            sr = choose_interval(sub, ds, tr, va, n_layers, model_id, keep_probe=True)
+            probe = sr.pop("probe")
+            cands[pooling] = {"layers": sr["chosen"], "val_auroc": sr["val_auroc"][",".join(map(str, sr["chosen"]))],
+                              "interval_search": sr, "probe": probe}
+        else:
+            spec = make_spec(sub, n_layers, model_id)
+            X = ds.features(spec)
+            probe, hist = fit_probe(spec, X, ds.labels, tr, va, model_id=model_id,
+                                    arch=default_arch(spec, X.shape[1], tuple(ds.hidden_last.shape[1:])),
+                                    fit=cfg.fit_config(), threshold=cfg.threshold)
+            cands[pooling] = {"layers": list(spec.layers), "val_auroc": float(hist["best_val_auroc"]), "probe": probe}
+    order = list(cands)
+    best = max(order, key=lambda p: (cands[p]["val_auroc"], -order.index(p)))
+    log.info("PUlSE pooling chosen on validation: %s (AUROC %.4f; %s)", best, cands[best]["val_auroc"],
+             ", ".join(f"{p} {c['val_auroc']:.4f}" for p, c in cands.items()))
+    return {"on": "validation", "chosen": best, "val_auroc": {p: c["val_auroc"] for p, c in cands.items()},
+            "candidates": cands}
+
+
+def auroc_of(probe, ds, spec) -> float:
+    """A probe's AUROC on every step of a dataset."""
+    from policies.probes.metrics import auroc
+
+    return float(auroc(ds.labels, probe.predict_proba(ds.features(spec))))
 
 
 def _concat(a, b):
-    from policies.probes.dataset import _ARRAYS, StepDataset
+    from policies.probes.dataset import StepDataset
 
-    return StepDataset(**{k: np.concatenate([getattr(a, k), getattr(b, k)]) for k in _ARRAYS}, meta=dict(a.meta))
+    return StepDataset.concat(a, b)
 
 
 def format_report(report: dict[str, Any]) -> str:
@@ -287,6 +360,13 @@ def format_report(report: dict[str, Any]) -> str:
     con.print(f"steps {d['steps']} (train {d['train_steps']}, val {d['val_steps']}), error rate "
               f"{d['error_rate']:.3f}, labels {d['labels']}; best epoch {report['fit']['best_epoch'] + 1} "
               f"of {report['fit']['epochs']}")
+    if report.get("pooling_search"):
+        ps = report["pooling_search"]
+        ev = ps.get("eval_auroc", {})
+        con.print(f"PUlSE pooling chosen on validation: {ps['chosen']} (validation AUROC, at each pooling's interval: "
+                  + ", ".join(f"{p} {v:.4f} {ps['candidates'][p]['layers']}" for p, v in ps["val_auroc"].items())
+                  + (f"; held-out '{ev['split']}' AUROC, not used for the choice: "
+                     + ", ".join(f"{p} {v:.4f}" for p, v in ev.items() if p != "split") if ev else "") + ")")
     if report.get("interval_search"):
         sr = report["interval_search"]
         top = sorted(sr["val_auroc"].items(), key=lambda kv: -kv[1])[:5]

@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from agents.reasoners.base import Step
+from agents.signals.hidden import POOLINGS, PULSE_POOLINGS
 from envs.core.config import ConfigBase, helpf
 from envs.core.io import atomic_open, write_json
 from policies.probes.metrics import auroc
@@ -47,6 +48,8 @@ log = logging.getLogger(__name__)
 
 PROBE_FORMAT_VERSION = 1
 KINDS = ("pulse", "reprobe", "rsus_proxy")
+#: the poolings each probe kind reads (PUlSE: :data:`agents.signals.hidden.PULSE_POOLINGS`)
+POOLINGS_OF = {"pulse": PULSE_POOLINGS, "reprobe": POOLINGS}
 
 
 class ProbeMismatchError(ValueError):
@@ -60,7 +63,10 @@ class FeatureSpec:
     Attributes:
         signal: ``pulse`` | ``reprobe`` | ``rsus_proxy``.
         layers: PUlSE layer interval ``[a, b]`` (``None`` for the others).
-        pooling: ``mean`` | ``last`` hidden-state pooling (``last`` for ReProbe).
+        pooling: over the step's tokens: ``mean`` | ``last`` hidden-state pooling (``last`` for ReProbe; PUlSE's
+            features then come from the pooled states), or for PUlSE ``max`` | ``token_mean``: each token's PUlSE
+            features (its layer transitions, ``Step.token_transitions``) pooled over the step's tokens by their
+            maximum or mean (:func:`agents.signals.hidden.pool_token_transitions`). ``none`` for text features.
         parts: PUlSE ``both`` | ``magnitude`` | ``angle``.
         extra: free-form addition (RSUS proxy: ``surface``; ``surface+minilm``: plus the step's all-MiniLM-L6-v2
             sentence embedding, computed from its text — the paper's "SBERT + surface features";
@@ -76,6 +82,9 @@ class FeatureSpec:
     def __post_init__(self):
         if self.signal not in KINDS:
             raise ValueError(f"unknown probe signal '{self.signal}' (valid: {', '.join(KINDS)})")
+        valid = POOLINGS_OF.get(self.signal)  # (text features: no pooling)
+        if valid is not None and self.pooling not in valid:
+            raise ValueError(f"unknown pooling '{self.pooling}' for a {self.signal} probe (valid: {', '.join(valid)})")
         if self.layers is not None:
             object.__setattr__(self, "layers", (int(self.layers[0]), int(self.layers[1])))
 
@@ -98,11 +107,24 @@ class FeatureSpec:
         return f"{self.signal} ({iv}pooling {self.pooling}, parts {self.parts}{', ' + self.extra if self.extra else ''})"
 
     # ------------------------------------------------------------------ features
-    def compute(self, *, hidden_mean: np.ndarray | None = None, hidden_last: np.ndarray | None = None,
-                texts: list[str] | None = None, embeddings: np.ndarray | None = None) -> np.ndarray:
-        """``[N, F]`` features of ``N`` steps from their pooled states ``[N, L+1, d]`` or texts."""
-        from agents.signals.hidden import pulse_features
+    @property
+    def per_token(self) -> bool:
+        """Whether the features pool each token's PUlSE features (``max`` | ``token_mean``), not pooled states."""
+        return self.signal == "pulse" and self.pooling in ("max", "token_mean")
 
+    def compute(self, *, hidden_mean: np.ndarray | None = None, hidden_last: np.ndarray | None = None,
+                texts: list[str] | None = None, embeddings: np.ndarray | None = None,
+                token_pooled: np.ndarray | None = None) -> np.ndarray:
+        """``[N, F]`` features of ``N`` steps from their pooled states ``[N, L+1, d]``, their per-token transitions
+        pooled as :attr:`pooling` says (``token_pooled``, ``[N, 2, L]``: a step dataset's ``pulse_<pooling>`` column) or
+        texts."""
+        from agents.signals.hidden import pulse_features, pulse_from_transitions
+
+        if self.per_token:
+            if token_pooled is None:
+                raise ValueError(f"{self.describe()} needs the steps' per-token transitions pooled by "
+                                 f"{self.pooling} (a step dataset built before they were recorded: rebuild it)")
+            return pulse_from_transitions(np.asarray(token_pooled), self.layers, self.parts)
         if self.signal_needs_states:
             h = hidden_mean if self.pooling == "mean" else hidden_last
             if h is None:
@@ -127,6 +149,10 @@ class FeatureSpec:
         the probe there as it masks PUlSE itself."""
         from agents.signals.base import SignalUnavailable
 
+        if self.signal == "pulse":  # the live PUlSE signal's own path, for every pooling
+            from agents.signals.hidden import step_pulse
+
+            return step_pulse(step, self.layers, self.pooling, self.parts)[None]
         if self.signal_needs_states and (step.hidden_mean if self.pooling == "mean" else step.hidden_last) is None:
             raise SignalUnavailable(f"step {step.index} has no captured hidden states for {self.describe()}")
         emb = step.meta.get("sentence_embedding")

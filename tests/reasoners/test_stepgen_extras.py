@@ -97,3 +97,25 @@ def test_attention_capture_does_not_change_generation(eager_model):
         assert x.ids == y.ids and x.attn_received is None and y.attn_received is not None
         np.testing.assert_allclose(x.logprobs, y.logprobs, atol=1e-6)
         np.testing.assert_allclose(x.hidden_mean, y.hidden_mean, atol=1e-6)
+
+
+def test_token_transitions_are_each_content_positions_layer_transitions(random_model):
+    """``token_transitions``: PUlSE's magnitude / angle of every layer pair at each position that generated a content
+    token (the positions hidden_mean pools), from the same pass — a separate forward pass gives the same numbers."""
+    from agents.signals.hidden import transitions
+
+    cut = _gen(random_model, [GenState(p) for p in PROMPTS], header_fn=lambda ids: 2, max_new_tokens=10)
+    seen = 0
+    for p, b in zip(PROMPTS, cut):
+        if b.hidden_mean is None:
+            assert b.token_transitions is None
+            continue
+        ref = random_model(torch.tensor([p + b.ids]), output_hidden_states=True)
+        hs = torch.stack([h[0] for h in ref.hidden_states], 0)  # [L+1, T, d]
+        pos = list(range(len(p) - 1 + 2, len(p) - 1 + len(b.ids)))
+        m, theta = transitions(hs[:, pos].transpose(0, 1).detach().numpy())  # per position: [T, L] each
+        assert b.token_transitions.shape == (len(pos), 2, hs.shape[0] - 1)
+        np.testing.assert_allclose(b.token_transitions[:, 0], m, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(b.token_transitions[:, 1], theta, atol=2e-3)
+        seen += 1
+    assert seen >= 2

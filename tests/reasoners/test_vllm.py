@@ -78,6 +78,8 @@ def test_greedy_chains_and_signals_equal_the_hf_backend(vllm_r, hf_r):
             assert sv.hidden_mean.shape == sh.hidden_mean.shape == (31, 576)
             assert _rel(sv.hidden_mean, sh.hidden_mean) < 1e-5 and _rel(sv.hidden_last, sh.hidden_last) < 1e-5
             _close(pulse_features(sv.hidden_mean, (7, 27)), pulse_features(sh.hidden_mean, (7, 27)), 1e-3, "pulse")
+            assert sv.token_transitions.shape == sh.token_transitions.shape == (len(sh.logprobs), 2, 30)
+            _close(sv.token_transitions, sh.token_transitions, 1e-3, "per-token transitions", rtol=1e-3)  # PUlSE max, token_mean
     assert n_steps >= 8
 
 

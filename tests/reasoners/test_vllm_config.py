@@ -46,3 +46,26 @@ def test_a_missing_model_names_what_was_tried(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ModelNotFoundError, match="model 'Org/Not-Here' not found; tried: .*Hugging Face cache"):
         make_reasoner("vllm", model="Org/Not-Here")
+
+
+def test_pooling_with_some_rows_captured_leaves_the_missing_transitions_nan():
+    """``capture_layers`` captures some rows only: the pooled states have NaN rows there, and each token's layer
+    transitions (PUlSE's per-token poolings) are NaN where a row is missing, the captured pairs' exact."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    import torch
+
+    from agents.reasoners.vllm import VLLMReasoner
+    from agents.signals.hidden import transitions
+
+    fake = SimpleNamespace(engine=SimpleNamespace(rows=[0, 2, 3]), n_layers=3)
+    hidden = torch.arange(4 * 3 * 2, dtype=torch.float32).reshape(4, 3, 2) + 1.0  # [positions, captured rows, d]
+    hm, hl, hf, tt = VLLMReasoner._pool(fake, hidden, 1, 4)
+    assert hm.shape == (4, 2) and np.isnan(hm[1]).all() and not np.isnan(hm[[0, 2, 3]]).any()
+    assert tt.shape == (3, 2, 3)  # 3 content positions, (m, theta), 3 transitions
+    assert np.isnan(tt[:, :, :2]).all()  # 0 -> 1 and 1 -> 2 need the missing row 1
+    m, theta = transitions(hidden[1:, 1:].numpy())  # rows 2 -> 3
+    np.testing.assert_allclose(tt[:, 0, 2], m[:, 0], rtol=1e-6)
+    np.testing.assert_allclose(tt[:, 1, 2], theta[:, 0], atol=1e-6)
+    assert VLLMReasoner._pool(fake, hidden, 4, 4)[3] is None  # no content token: no transitions

@@ -78,7 +78,7 @@ def test_pulse_signal_pooling_and_interval_checks():
     with pytest.raises(ValueError, match="outside"):
         Pulse(layers=(1, 7), n_layers=6)
     with pytest.raises(ValueError, match="pooling"):
-        Pulse(layers=(0, 2), pooling="max")
+        Pulse(layers=(0, 2), pooling="median")
     with pytest.raises(SignalUnavailable):
         Pulse(layers=(0, 2))(_step())
 

@@ -130,3 +130,19 @@ def test_fit_weights_recovers_the_informative_component():
     y = X[:, 1] + 0.01 * rng.normal(size=300)
     w = fit_weights(X, y)
     assert w[1] == pytest.approx(1.0) and sum(w) == pytest.approx(1.0)
+
+
+def test_rsus_score_is_the_signals_weighted_mean_over_available_components():
+    """The vectorised RSUS (the detection benchmark's) equals the signal's on the same components."""
+    from agents.signals.rsus import PAPER_WEIGHTS, rsus_score
+
+    for verb, cons in ((0.3, None), (None, 0.8), (0.1, 0.9)):
+        rsus = RSUS(corpus=["Mira 's father is Tovan .", "Tovan was born in Kasford ."],
+                    u_verb=(lambda s, st, v=verb: v) if verb is not None else None,
+                    alternatives=(lambda s, st, c=cons: ["a b", "a c"] if c is not None else None))
+        step = Step(1, "", "Mira 's father is Tovan .", False)
+        got = rsus(step)
+        comps = [got[1] if got[4] else np.nan, got[2] if got[5] else np.nan, got[3] if got[6] else np.nan]
+        np.testing.assert_allclose(rsus_score(np.array([comps]), PAPER_WEIGHTS)[0], got[0], atol=1e-6)
+    assert np.isnan(rsus_score(np.array([[np.nan, np.nan, np.nan]]), PAPER_WEIGHTS)[0])
+    assert rsus_score(np.array([[0.9, 0.2, np.nan]]), (0.0, 1.0, 1.0))[0] == pytest.approx(0.2)  # weight 0: left out
