@@ -145,14 +145,19 @@ class Components:
     def precompute(self, steps: list, states: list) -> None:
         """Batched work of the signals of many new steps, before :meth:`features` reads each: EigenScore's
         sampled continuations of every step in one set of generation calls (into ``step.meta["eigen_states"]``;
-        a state's samples do not depend on the batch)."""
+        a state's samples do not depend on the batch). The samples are paid by their step: their tokens are added
+        to ``step.n_tokens`` and their share of the calls' seconds to ``step.seconds`` (what the record, and so the
+        decision's cost, counts); ``step.meta["eigen_samples"]`` says how much of each was theirs."""
         if not steps or "eigenscore" not in self.extractor.names:
             return
-        from agents.signals.hidden import micro_sample_states_batch
+        from agents.signals.hidden import sample_states_batch
 
-        for step, Z in zip(steps, micro_sample_states_batch(self.reasoner, states, k=EIGEN_SAMPLES,
-                                                            seed=self.config.seed, greedy=steps)):
-            step.meta["eigen_states"] = Z
+        for step, s in zip(steps, sample_states_batch(self.reasoner, states, k=EIGEN_SAMPLES, seed=self.config.seed,
+                                                      greedy=steps)):
+            step.meta["eigen_states"] = s.Z
+            step.meta["eigen_samples"] = {"k": EIGEN_SAMPLES, "tokens": s.tokens, "seconds": s.seconds}
+            step.n_tokens += s.tokens
+            step.seconds += s.seconds
 
     def features(self, step, state) -> tuple[dict[str, np.ndarray], dict[str, float], dict[str, float]]:
         """Observation groups, scalar signals and the group mask of one step."""
@@ -232,8 +237,9 @@ def _namespace(kind: str, identity, config: EnvConfig, reasoner: Any = None) -> 
     defaults = EnvConfig()
     outcome_fields["max_retrievals_per_question"] = defaults.max_retrievals_per_question
     if "eigen" in config.signals or ("rsus" in config.signals and {"cons", "verb"} & set(config.rsus_components)):
-        # 2: a regenerated step's sampled signals continue from the evidence-conditioned state (before: without it)
-        outcome_fields["state_signals"] = 2
+        # 2: a regenerated step's sampled signals continue from the evidence-conditioned state (before: without it);
+        # 3 (EigenScore): its k samples' tokens and seconds are charged to the step's record (before: not counted)
+        outcome_fields["state_signals"] = 3 if "eigen" in config.signals else 2
     if not config.self_refine:  # off (the default): the namespace of runs made before the option existed
         outcome_fields.pop("self_refine", None)
     if not config.rerank:  # likewise

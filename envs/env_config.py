@@ -186,8 +186,9 @@ class EnvConfig(ConfigBase):
                                                 "max_steps x max_retrievals_per_step is no cap)")
     costs: dict[str, float] = helpf({"retrieval_calls": 0.1}, "cost name or dotted path -> weight λ")
     cost_params: dict[str, dict] = helpf({}, "cost name -> constructor kwargs")
-    signals: list[str] = helpf(["pulse", "output", "rsus"], "observation groups: pulse, output, rsus, coe, eigen (SeaKR EigenScore, "
-                                                                 "micro-world only), rind (DRAGIN RIND: "
+    signals: list[str] = helpf(["pulse", "output", "rsus"], "observation groups: pulse, output, rsus, coe, eigen (SeaKR EigenScore: "
+                                                                 "k sampled continuations per step; micro or hf), "
+                                                                 "rind (DRAGIN RIND: "
                                                                  "eager attention; micro or hf), content (question_embedding, "
                                                                  "step_embedding, context_embedding: what the "
                                                                  "step is about, from the generation pass)")

@@ -19,8 +19,16 @@ from envs.observation import episode_fields, group_fields, group_signals
 DETECTORS: Registry = Registry("detector")
 DETECTORS.register_path("probe", "policies.probes.probe:Probe.load")
 
-#: SeaKR's EigenScore: sampled continuations per step (k extra generations; micro-world reasoner only)
+#: SeaKR's EigenScore: sampled continuations per step (k extra generations, charged to the step's tokens and
+#: seconds; the micro-world and Hugging Face reasoners)
 EIGEN_SAMPLES = 4
+
+
+def can_sample_states(reasoner, backend: str) -> bool:
+    """Whether EigenScore's sampled hidden states can come from ``reasoner``: the micro-world LM, or a backend with
+    ``generate_sampled`` (the Hugging Face one)."""
+    return backend == "micro" or callable(getattr(reasoner, "generate_sampled", None))
+
 
 def probe_value(probe, step, state) -> float:
     """A probe's score of one step; NaN (masked) where the step lacks what it reads — e.g. a step with no content
@@ -146,13 +154,14 @@ def _extractor(config: EnvConfig, reasoner, n_layers: int, hidden: int, corpus_t
                                    expected_spec={"signal": "rsus_proxy"})
             options["rsus"]["u_verb"] = proxy
     if "eigenscore" in names:
-        if backend != "micro":
-            raise ValueError(f"EnvConfig.signals 'eigen' (SeaKR EigenScore) samples continuations from the reasoner's "
-                             f"state; wired for the micro-world reasoner only, not '{backend}'")
-        from agents.signals.hidden import micro_sample_states
+        if not can_sample_states(reasoner, backend):
+            raise ValueError(f"EnvConfig.signals 'eigen' (SeaKR EigenScore) samples continuations of each step with "
+                             f"their hidden states; reasoner '{backend}' cannot (the micro-world ('micro') and Hugging "
+                             "Face ('hf') reasoners can; vLLM and HTTP backends do not)")
+        from agents.signals.hidden import sample_states
 
         def states_fn(step, state, _r=reasoner, _seed=config.seed):
-            return micro_sample_states(_r, state, k=EIGEN_SAMPLES, seed=_seed, greedy=step)
+            return sample_states(_r, state, k=EIGEN_SAMPLES, seed=_seed, greedy=step)
 
         options["eigenscore"] = {"states_fn": states_fn}
     for n in ("step_embedding", "context_embedding"):

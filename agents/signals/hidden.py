@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -318,8 +319,9 @@ class ReProbeInput(SignalBase):
 class EigenScore(SignalBase):
     """SeaKR EigenScore of ``k`` sampled continuations (higher = more inconsistent = more likely wrong).
 
-    The ``[k, d]`` states come from ``states_fn(step, state)`` when given (e.g. a partial of
-    :func:`micro_sample_states`), else from ``step.meta["eigen_states"]``.
+    The ``[k, d]`` states come from ``step.meta["eigen_states"]`` when set (the env samples every new step of a
+    batch in one call: :func:`sample_states_batch`), else from ``states_fn(step, state)`` (e.g. a partial of
+    :func:`sample_states`).
     """
 
     label = "SeaKR"
@@ -341,53 +343,94 @@ class EigenScore(SignalBase):
         return np.array([eigenscore(Z, self.alpha)], dtype=np.float32)
 
 
-def micro_sample_states(reasoner, state, k: int = 4, layer: int | None = None, seed: int = 0,
-                        greedy: Step | None = None, temperature: float = 1.0) -> np.ndarray:
-    """``[k (+1), d]`` mid-layer last-token states of ``k`` sampled next steps of a micro-world state.
+@dataclass
+class SampledStates:
+    """What EigenScore's sampling gave one state: ``Z`` (``[k (+1), d]``, ``None`` when no sample had content
+    tokens), the ``tokens`` the ``k`` samples generated and their share of the generation calls' wall ``seconds``
+    (the env charges both to the step: :meth:`envs.components.Components.precompute`)."""
+
+    Z: np.ndarray | None
+    tokens: int = 0
+    seconds: float = 0.0
+
+
+def sample_states(reasoner, state, k: int = 4, layer: int | None = None, seed: int = 0,
+                  greedy: Step | None = None, temperature: float = 1.0) -> np.ndarray:
+    """``[k (+1), d]`` mid-layer last-token states of ``k`` sampled next steps of ``state``.
 
     Args:
-        reasoner: a :class:`~agents.reasoners.micro.MicroReasoner`.
+        reasoner: a :class:`~agents.reasoners.micro.MicroReasoner` or any reasoner with ``generate_sampled`` (the
+            Hugging Face one: :meth:`~agents.reasoners.hf.HFReasoner.generate_sampled`).
         state: the state the step is generated from.
         k: number of samples.
-        layer: hidden-state row (default ``n_layers // 2``).
+        layer: hidden-state row (default ``n_layers // 2``, the middle of the stack as in INSIDE / SeaKR).
         seed: sampling seed.
         greedy: the greedy step; its ``hidden_last[layer]`` is appended as the last row when given.
         temperature: sampling temperature.
     """
-    Z = micro_sample_states_batch(reasoner, [state], k, layer, seed, [greedy], temperature)[0]
+    Z = sample_states_batch(reasoner, [state], k, layer, seed, [greedy], temperature)[0].Z
     if Z is None:
         raise SignalUnavailable("no sampled continuation had content tokens")
     return Z
 
 
-def micro_sample_states_batch(reasoner, states: list, k: int = 4, layer: int | None = None, seed: int = 0,
-                              greedy: list[Step | None] | None = None, temperature: float = 1.0
-                              ) -> list[np.ndarray | None]:
-    """:func:`micro_sample_states` of many states in batched generation calls (``reasoner.max_batch`` rows each).
-    Sample ``j`` of every state draws from its own RNG seeded ``(seed, j)``, so a state's samples are the same
-    alone or in any batch. ``None`` for a state none of whose samples had content tokens."""
-    import torch
+def sample_states_batch(reasoner, states: list, k: int = 4, layer: int | None = None, seed: int = 0,
+                        greedy: list[Step | None] | None = None, temperature: float = 1.0) -> list[SampledStates]:
+    """:func:`sample_states` of many states in batched generation calls (``reasoner.max_batch`` rows each, 64 when
+    it has none), with what the samples cost. Sample ``j`` of every state draws from its own RNG seeded ``(seed,
+    j)`` (Gumbel-max), so a state's samples are the same alone or in any batch. The state at the last content token
+    of each sample (``hidden_last``: the input that generated the end of the line) is its row; a sample without
+    content tokens adds none."""
+    import time
 
-    from agents.reasoners.stepgen import generate_steps
+    import torch
 
     layer = reasoner.n_layers // 2 if layer is None else layer
     greedy = greedy or [None] * len(states)
-    rows_in = [s.gen for s in states for _ in range(k)]
+    rows_in = [s for s in states for _ in range(k)]
     per_call = max(k, (getattr(reasoner, "max_batch", 64) // k) * k)
-    outs = []
+    outs, secs = [], []
     for i in range(0, len(rows_in), per_call):
         chunk = rows_in[i: i + per_call]
         gens = [torch.Generator().manual_seed(seed * 1_000_003 + j % k) for j in range(len(chunk))]
-        outs += generate_steps(reasoner.model, chunk, stop_ids=reasoner.stop_ids, header_end_id=reasoner.colon_id,
-                               pad_id=reasoner.tok.pad_id, max_new_tokens=reasoner.max_step_tokens,
-                               capture_hidden=True, sample=True, temperature=temperature, generator=gens)
+        t0 = time.perf_counter()
+        outs += _sampled_outputs(reasoner, chunk, gens, temperature)
+        secs += [(time.perf_counter() - t0) / len(chunk)] * len(chunk)
     result = []
     for n, g in enumerate(greedy):
-        rows = [o.hidden_last[layer] for o in outs[n * k: (n + 1) * k] if o.hidden_last is not None]
+        mine = outs[n * k: (n + 1) * k]
+        rows = [o.hidden_last[layer] for o in mine if o.hidden_last is not None]
         if g is not None and g.hidden_last is not None:
             rows.append(g.hidden_last[layer])
-        result.append(np.stack(rows).astype(np.float32) if rows else None)
+        result.append(SampledStates(np.stack(rows).astype(np.float32) if rows else None,
+                                    sum(len(o.ids) for o in mine), float(sum(secs[n * k: (n + 1) * k]))))
     return result
+
+
+def _sampled_outputs(reasoner, states: list, gens: list, temperature: float) -> list:
+    """One sampled step of each state (hidden states captured; one RNG per row): the reasoner's own
+    ``generate_sampled`` (the Hugging Face backend), else the micro-world LM's generation
+    (:class:`~agents.reasoners.micro.MicroReasoner`'s model, stop ids, header token)."""
+    fn = getattr(reasoner, "generate_sampled", None)
+    if callable(fn):
+        return [o for o, _ in fn(states, gens, temperature)]
+    from agents.reasoners.stepgen import generate_steps
+
+    return generate_steps(reasoner.model, [s.gen for s in states], stop_ids=reasoner.stop_ids,
+                          header_end_id=reasoner.colon_id, pad_id=reasoner.tok.pad_id,
+                          max_new_tokens=reasoner.max_step_tokens, capture_hidden=True, sample=True,
+                          temperature=temperature, generator=gens)
+
+
+def micro_sample_states_batch(reasoner, states: list, k: int = 4, layer: int | None = None, seed: int = 0,
+                              greedy: list[Step | None] | None = None, temperature: float = 1.0
+                              ) -> list[np.ndarray | None]:
+    """The ``Z`` of each state of :func:`sample_states_batch` (its historical micro-world name)."""
+    return [s.Z for s in sample_states_batch(reasoner, states, k, layer, seed, greedy, temperature)]
+
+
+#: :func:`sample_states` under its historical micro-world name
+micro_sample_states = sample_states
 
 
 def default_content_layers(n_layers: int) -> tuple[int, ...]:

@@ -293,3 +293,26 @@ def test_a_reasoner_that_writes_no_step_markers_is_cut_into_steps_by_the_segment
     assert not one.finished and one.text.startswith("Paris is the capital z a b z")
     with pytest.raises(ConfigError, match="no boundary segmenter"):
         HFReasonerConfig(segmenter=str(tmp_path / "missing")).validate()
+
+
+def test_eigenscore_samples_on_an_hf_model_are_seeded_batch_invariant_and_paid(tok, random_model):
+    """SeaKR's EigenScore on the hf backend: HFReasoner.generate_sampled gives each state k sampled steps with
+    their hidden states, one RNG per sample, so a state's rows are the same alone or in a batch split over
+    generation calls (max_batch); the samples differ from each other and by seed; what they generated is counted."""
+    from agents.signals.hidden import eigenscore, sample_states, sample_states_batch
+
+    r = HFReasoner(random_model, tok, HFReasonerConfig(max_step_tokens=6, max_batch=3))  # 3 rows a call
+    states = [r.start(q) for q in QUESTIONS]
+    (g0, _), = r.next_step(states[:1])
+    batch = sample_states_batch(r, states, k=4, seed=3, greedy=[g0, None, None])
+    for i, (s, b) in enumerate(zip(states, batch)):
+        alone = sample_states(r, s, k=4, seed=3, greedy=g0 if i == 0 else None)
+        np.testing.assert_allclose(b.Z, alone, rtol=1e-5, atol=1e-5)
+        assert b.tokens >= 4 and b.seconds > 0.0
+    assert batch[0].Z.shape == (5, 32) and np.array_equal(batch[0].Z[-1], g0.hidden_last[1])  # layer n_layers // 2
+    Z = batch[1].Z
+    assert len({tuple(np.round(row, 5)) for row in Z}) > 1  # the k samples differ
+    assert not np.allclose(Z, sample_states(r, states[1], k=4, seed=4))
+    assert np.isfinite(eigenscore(Z))
+    with pytest.raises(ValueError, match="one each"):
+        r.generate_sampled(states, [torch.Generator()])
