@@ -12,6 +12,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from envs.retrieval_env import reset_batch, step_batch
+
 log = logging.getLogger(__name__)
 
 
@@ -100,9 +102,8 @@ def tree_actions(cfg, modes: list[int] | None) -> tuple[Any, list[Any]]:
 
 def replay(envs, items: list[tuple[int, tuple]]) -> list[tuple[bool, dict, dict]]:
     """Replay each ``(question, action prefix)`` in its own env copy (``len(items) <= len(envs)``; trajectory-cache
-    hits, else one batched generation per decision): ``(episode over?, the last info, the summed raw costs)``."""
-    from envs.retrieval_env import reset_batch, step_batch
-
+    hits, else one batched generation per decision): ``(episode over?, the last info, the summed raw costs)``; each
+    env copy is left at the end of its prefix."""
     es = envs[:len(items)]
     infos = [i for _, i in reset_batch(es, options=[{"question_index": q} for q, _ in items])]
     totals: list[dict] = [{} for _ in items]
@@ -122,6 +123,34 @@ def can_retrieve(cfg, info: dict) -> bool:
             and info["retrievals_this_step"] < cfg.max_retrievals_per_step)
 
 
+@dataclass
+class _Node:
+    """A decision tree node being searched: the action prefix, the episode after it and what it cost so far."""
+
+    q: int
+    actions: tuple
+    ep: Any
+    info: dict
+    totals: dict
+    done: bool
+
+
+def _step_forks(envs, pairs: list[tuple[_Node, Any]]) -> list[_Node]:
+    """Each ``(node, action)``: the node's episode forked into an env copy and stepped with the action, batched."""
+    out: list[_Node] = []
+    for start in range(0, len(pairs), len(envs)):
+        chunk = pairs[start:start + len(envs)]
+        es = envs[:len(chunk)]
+        for e, (node, _) in zip(es, chunk):
+            e.ep = node.ep.fork()
+        for e, (node, a), (_, _, te, tr, info) in zip(es, chunk, step_batch(es, [a for _, a in chunk])):
+            totals = dict(node.totals)
+            for k, v in info["costs"].items():
+                totals[k] = totals.get(k, 0.0) + v
+            out.append(_Node(node.q, node.actions + (a,), e.ep.fork(), info, totals, bool(te or tr)))
+    return out
+
+
 def search_subtrees(venv, roots: list[tuple[int, tuple]], max_leaves: int = 4096, progress=None,
                     modes: list[int] | None = None, prune_lambda: float | None = None,
                     quality_max: float = 1.0) -> list[list[Leaf]]:
@@ -129,12 +158,15 @@ def search_subtrees(venv, roots: list[tuple[int, tuple]], max_leaves: int = 4096
     that prefix, searched breadth first for all roots at once (see :func:`enumerate_leaves_batched`, which is this
     from the empty prefix). A leaf's ``actions`` include its root's prefix, its calls and costs the prefix's.
 
-    Roots may nest (a prefix of one root is another root, as along one episode's decisions): every action prefix is
-    replayed once, and each leaf is recorded for every root above it. With ``prune_lambda`` each root has its own
-    bound (the best reward found so far *below that root*): a prefix is expanded while one root above it can still
-    reach its best, so each root's best leaf (:func:`best_leaf`) is the one its full subtree holds; the closed-book
-    continuation of every root comes first, then the search goes level by level in retrieval calls. A root that
-    reaches ``max_leaves`` leaves stops growing (logged; its list is then not its whole subtree)."""
+    Each root prefix is replayed once (trajectory-cache hits); below it every child of a node is one env step from a
+    fork of the node's episode (:meth:`envs.episode.Episode.fork`), batched across nodes, questions and roots. Roots
+    may nest (a prefix of one root is another root, as along one episode's decisions): each prefix is visited once
+    and each leaf recorded for every root above it. With ``prune_lambda`` each root has its own bound (the best
+    reward found so far *below that root*): a node is expanded while one root above it can still reach its best, so
+    each root's best leaf (:func:`best_leaf`) is the one its full subtree holds; the closed-book continuation of
+    every root comes first, then the search goes level by level in retrieval calls (every node with c calls before
+    any with c + 1). A root that reaches ``max_leaves`` leaves stops growing (logged; its list is then not its
+    whole subtree)."""
     envs = venv.envs
     cfg = envs[0].config
     accept, retrieve = tree_actions(cfg, modes)
@@ -144,7 +176,7 @@ def search_subtrees(venv, roots: list[tuple[int, tuple]], max_leaves: int = 4096
         by_q.setdefault(q, []).append(i)
     leaves: list[list[Leaf]] = [[] for _ in roots]
     best = [-float("inf")] * len(roots)  # best leaf reward so far below each root (pruning only)
-    recorded: set[tuple[int, tuple]] = set()
+    seen: set[tuple[int, tuple]] = set()  # the prefixes visited (each once)
 
     def owners(q: int, a: tuple) -> list[int]:
         return [i for i in by_q[q] if a[:len(roots[i][1])] == roots[i][1]]
@@ -154,56 +186,67 @@ def search_subtrees(venv, roots: list[tuple[int, tuple]], max_leaves: int = 4096
                                                      or quality_max - prune_lambda * calls >= best[i] - 1e-12)
                    for i in owners(q, a))
 
-    def record(q: int, a: tuple, info: dict, totals: dict) -> None:
-        if (q, a) in recorded:  # found again (the closed-book continuations are searched first): no leaf twice
-            return
-        recorded.add((q, a))
-        leaf = Leaf(a, float(info["quality"]), int(info["retrievals"]), totals)
-        for i in owners(q, a):
+    def record(n: _Node) -> None:
+        leaf = Leaf(n.actions, float(n.info["quality"]), int(n.info["retrievals"]), n.totals)
+        for i in owners(n.q, n.actions):
             leaves[i].append(leaf)
             if prune_lambda is not None:
                 best[i] = max(best[i], leaf.quality - prune_lambda * leaf.calls)
             if len(leaves[i]) == max_leaves:
-                log.warning("question %d, prefix %s: stopped after %d leaves", q, roots[i][1], max_leaves)
+                log.warning("question %d, prefix %s: stopped after %d leaves", n.q, roots[i][1], max_leaves)
         if progress is not None:
             progress.update(1)
 
-    def search(only_accept: bool) -> None:
-        seen: set[tuple[int, tuple]] = set()
-        frontier = [r for r in dict.fromkeys(roots)]
-        calls_level = 0  # with pruning: the prefixes open now have this many calls; one more waits in `deferred`
-        deferred: list[tuple[int, tuple, int]] = []  # (question, prefix, its calls)
-        while frontier or deferred:
-            if not frontier:  # every leaf with calls_level calls is done: the bound is final for this level
-                calls_level += 1
-                frontier = [(q, a) for q, a, c in deferred if worth(q, a, c)]
-                deferred = []
-                continue
-            frontier = [x for x in frontier if x not in seen]
-            seen.update(frontier)
-            nxt: list[tuple[int, tuple]] = []
-            for start in range(0, len(frontier), len(envs)):
-                chunk = frontier[start:start + len(envs)]
-                for (q, a), (done, info, totals) in zip(chunk, replay(envs, chunk)):
-                    if done:
-                        record(q, a, info, totals)
-                        continue
-                    calls = int(info["retrievals"])
-                    if worth(q, a, calls):
-                        nxt.append((q, a + (accept,)))
-                    if not only_accept and can_retrieve(cfg, info) and worth(q, a, calls + 1):
-                        if prune_lambda is None:
-                            nxt += [(q, a + (r,)) for r in retrieve]
-                        else:
-                            deferred += [(q, a + (r,), calls + 1) for r in retrieve]
-            if progress is not None:
-                progress.set_postfix_str(f"{len(nxt)} open prefixes"
-                                         + (f", {calls_level} calls" if prune_lambda is not None else ""))
-            frontier = nxt
+    def children(n: _Node, only_accept: bool) -> tuple[list, list]:
+        """``(pairs to step now, (pair, calls) deferred to the next call level)`` below an open node."""
+        calls = int(n.info["retrievals"])
+        now = [(n, accept)] if worth(n.q, n.actions, calls) else []
+        if only_accept or not can_retrieve(cfg, n.info) or not worth(n.q, n.actions, calls + 1):
+            return now, []
+        if prune_lambda is None:
+            return now + [(n, r) for r in retrieve], []
+        return now, [(n, r, calls + 1) for r in retrieve]
 
-    if prune_lambda is not None:  # the closed-book continuations first: their rewards bound the subtrees
-        search(only_accept=True)
-    search(only_accept=False)
+    def search(nodes: list[_Node], only_accept: bool, deferred: list) -> list[_Node]:
+        """Expand ``nodes`` and ``deferred`` pairs (accept chains now, retrievals by call level); returns the open
+        nodes it visited."""
+        opened, level = [], 0
+        while nodes or deferred:
+            if not nodes:  # every node of this call level is done: the bounds are final for it
+                level += 1
+                pairs = [(n, a) for n, a, c in deferred if worth(n.q, n.actions, c)]
+                deferred = []
+            else:
+                pairs = []
+                for n in nodes:
+                    if n.done:
+                        record(n)
+                        continue
+                    opened.append(n)
+                    now, later = children(n, only_accept)
+                    pairs += now
+                    deferred += later
+            pairs = [(n, a) for n, a in pairs if (n.q, n.actions + (a,)) not in seen]
+            seen.update((n.q, n.actions + (a,)) for n, a in pairs)
+            if progress is not None:
+                progress.set_postfix_str(f"{len(pairs)} open prefixes"
+                                         + (f", level {level}" if prune_lambda is not None else ""))
+            nodes = _step_forks(envs, pairs)
+        return opened
+
+    starts: list[_Node] = []
+    uniq = list(dict.fromkeys(roots))
+    for start in range(0, len(uniq), len(envs)):
+        chunk = uniq[start:start + len(envs)]
+        for (q, a), (done, info, totals), e in zip(chunk, replay(envs, chunk), envs):
+            starts.append(_Node(q, a, e.ep.fork(), info, totals, done))
+    seen.update((n.q, n.actions) for n in starts)
+    if prune_lambda is None:
+        search(starts, only_accept=False, deferred=[])
+    else:  # the closed-book continuations first: their rewards bound the subtrees; then their retrieval branches
+        opened = search(starts, only_accept=True, deferred=[])
+        search([], only_accept=False, deferred=[(n, r, int(n.info["retrievals"]) + 1) for n in opened
+                                                if can_retrieve(cfg, n.info) for r in retrieve])
     return leaves
 
 

@@ -28,6 +28,31 @@ def venvs(tmp_path_factory):
     plain.close()
 
 
+def _all_leaves(env, q: int, retrieve: list) -> list:
+    """Brute force, independent of the search under test: depth first, every action sequence replayed from reset
+    with ``env.step`` (as :func:`envs.oracle.enumerate_leaves`), a retrieval branching once per action of
+    ``retrieve``; every leaf, no pruning."""
+    from envs.oracle import Leaf
+
+    accept = (0, 0) if isinstance(retrieve[0], tuple) else 0
+    out, stack = [], [()]
+    while stack:
+        actions = stack.pop()
+        _, info = env.reset(options={"question_index": q})
+        done = False
+        for a in actions:
+            _, _, te, tr, info = env.step(a)
+            done = te or tr
+        if done:
+            out.append(Leaf(actions, float(info["quality"]), int(info["retrievals"]), {}))
+            continue
+        stack.append(actions + (accept,))
+        if info["retrievals"] < env.config.max_retrievals_per_question and info["retrievals_this_step"] < \
+                env.config.max_retrievals_per_step:
+            stack += [actions + (r,) for r in retrieve]
+    return out
+
+
 def _flat(actions: tuple) -> tuple:
     return tuple(x for a in actions for x in (a if isinstance(a, tuple) else (a,)))
 
@@ -50,7 +75,11 @@ def test_oracle_action_values_equal_brute_force_at_depths_0_1_2(venvs, kind):
     from envs.oracle import enumerate_leaves_batched, oracle_action_values
 
     venv, modes = venvs[kind]
-    full = enumerate_leaves_batched(venv, QUESTIONS, modes=modes)  # every leaf, no pruning
+    retrieve = [(1, m) for m in modes] if modes else [1]
+    searched = enumerate_leaves_batched(venv, QUESTIONS, modes=modes)  # the batched search, no pruning (and a warm
+    full = {q: _all_leaves(venv.envs[0], q, retrieve) for q in QUESTIONS}  # cache for brute force: every leaf)
+    assert {q: sorted((lf.actions, lf.quality, lf.calls) for lf in v) for q, v in searched.items()} == \
+        {q: sorted((lf.actions, lf.quality, lf.calls) for lf in v) for q, v in full.items()}
     states = sorted({(q, lf.actions[:d]) for q in QUESTIONS for lf in full[q] for d in (0, 1, 2)
                      if d < len(lf.actions)}, key=lambda s: (s[0], len(s[1]), _flat(s[1])))
     assert {len(p) for _, p in states} == {0, 1, 2}
