@@ -59,7 +59,8 @@ WARMSTART_KINDS = ("counterfactual", "dagger")
 
 @dataclass
 class WarmStartOptions(ConfigBase):
-    """Counterfactual labels → supervised policy → REINFORCE (``TrainConfig.warmstart``)."""
+    """Counterfactual labels → supervised policy → REINFORCE (``TrainConfig.warmstart``); ``kind: dagger``: the
+    exact oracle's labels at the policy's own states instead (:mod:`train.dagger`)."""
 
     enabled: bool = helpf(False, "label training questions counterfactually and fit the policy before REINFORCE")
     kind: str = helpf("counterfactual", "counterfactual: label π₀'s decisions by the two episodes that differ there "
