@@ -10,6 +10,7 @@ closing answer) — each one a :class:`RecordJob` until it is a :class:`StepReco
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,6 +77,13 @@ class Episode:
     answer: StepRecord | None = None            # at the end: the record whose content is scored (None: no answer)
     answer_status: str | None = None            # at the end: answered | closed (by answer_closing) | none
     done: str | None = None                     # terminated | truncated once the episode ended (step() refused)
+
+    def fork(self) -> Episode:
+        """A copy that advances on its own from here (a branch of the decision tree: the cache oracle's search steps
+        each child of a prefix from a fork instead of replaying the prefix). The live reasoner states are dropped —
+        rebuilt from the record's snapshots when a step is generated, as after a cache hit."""
+        return dataclasses.replace(self, before=None, after=None, accepted_steps=list(self.accepted_steps),
+                                   used=list(self.used), log=list(self.log), episode_feats=dict(self.episode_feats))
 
     def state(self, which: str, reasoner) -> Any:
         """The live reasoner state ``before`` / ``after`` the current step (restored from the record's snapshot

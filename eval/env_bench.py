@@ -154,9 +154,9 @@ def run(artifact: str | None, steps: int, episodes: int, oracle_questions: int, 
 
     from envs.components import build_components
     from envs.env_config import EnvConfig
+    from envs.oracle import best_leaf, enumerate_leaves
     from envs.retrieval_env import RetrievalTimingEnv
     from envs.vector import make_batched
-    from eval.oracle import best_leaf, enumerate_leaves
 
     torch.set_num_threads(1)
     base = EnvConfig(artifact=artifact, split="train", rsus_components=["ent"])

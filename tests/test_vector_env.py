@@ -54,8 +54,8 @@ def test_batched_observations_are_not_overwritten_by_later_steps(cfg):
 
 
 def test_oracle_enumerates_leaves(cfg):
+    from envs.oracle import best_leaf, enumerate_leaves
     from envs.retrieval_env import RetrievalTimingEnv
-    from eval.oracle import best_leaf, enumerate_leaves
 
     env = RetrievalTimingEnv({**cfg, "max_retrievals_per_question": 2})
     leaves = enumerate_leaves(env, 0)
@@ -69,9 +69,9 @@ def test_oracle_enumerates_leaves(cfg):
 
 
 def test_batched_tree_search_finds_the_same_leaves(cfg):
+    from envs.oracle import enumerate_leaves, enumerate_leaves_batched
     from envs.retrieval_env import RetrievalTimingEnv
     from envs.vector import BatchedRetrievalEnv
-    from eval.oracle import enumerate_leaves, enumerate_leaves_batched
 
     c = {**cfg, "max_retrievals_per_question": 2}
     env = RetrievalTimingEnv(c)
@@ -86,9 +86,9 @@ def test_batched_tree_search_finds_the_same_leaves(cfg):
 def test_branch_and_bound_finds_the_best_leaf_of_the_full_search(cfg, modes):
     """Pruning at λ (searched level by level in retrieval calls) keeps the full search's best leaf, with plain
     actions and with each retrieval branching over two query modes."""
+    from envs.oracle import best_leaf, enumerate_leaves_batched
     from envs.retrieval_env import RetrievalTimingEnv
     from envs.vector import BatchedRetrievalEnv
-    from eval.oracle import best_leaf, enumerate_leaves_batched
 
     c = {**cfg, "max_retrievals_per_question": 3}
     if modes is not None:

@@ -162,7 +162,8 @@ class TrainConfig(ConfigBase):
     plugins: list[str] = helpf([], "plug-in modules imported first (on the driver; a user's signal, trigger, cost, "
                                    "retriever … registers on import, then its name is valid anywhere in this config); "
                                    "the env carries them to every EnvRunner, warm-start worker and service (env_config.plugins)")
-    iterations: int = helpf(40, "training iterations (one batch of complete episodes each)")
+    iterations: int = helpf(40, "training iterations (one batch of complete episodes each); 0: no REINFORCE, the "
+                                "warm start (warmstart or model.warm_start) is exported as the run's policy")
     seed: int = helpf(0, "seed of RLlib, torch and the env runners")
     num_cpus: int = helpf(2, "CPUs for a local Ray (ignored when connecting to a running cluster)", ge=1)
     num_env_runners: int = helpf(1, "remote EnvRunner actors (0: sample in the driver)", ge=0)
@@ -239,8 +240,11 @@ class TrainConfig(ConfigBase):
         return self.env_config
 
     def validate(self) -> None:
-        if self.iterations < 1 or self.checkpoint_every < 1 or self.keep_checkpoints < 1:
-            raise ConfigError("TrainConfig: iterations, checkpoint_every and keep_checkpoints must be >= 1")
+        if self.iterations < 0 or self.checkpoint_every < 1 or self.keep_checkpoints < 1:
+            raise ConfigError("TrainConfig: iterations must be >= 0, checkpoint_every and keep_checkpoints >= 1")
+        if self.iterations == 0 and not (self.warmstart.enabled or self.model.warm_start):
+            raise ConfigError("TrainConfig: iterations 0 trains nothing: it exports the warm start as the policy, and "
+                              "this run has none (set warmstart.enabled: true or model.warm_start, or iterations >= 1)")
         if self.env not in PRESETS and ":" not in self.env:
             presets = ", ".join(repr(p) for p in PRESETS)
             raise ConfigError(f"TrainConfig: env must be a preset {presets} or 'module:factory', got '{self.env}'")

@@ -314,6 +314,16 @@ def _train(cfg: TrainConfig, resume: bool, stop_after: int | None, show_progress
     warm = cfg.model.warm_start
     if cfg.warmstart.enabled and not (resume and list_checkpoints(ckpt_dir)):
         warm = str(run_warmstart_of(cfg, show_progress))  # on the driver, before Ray starts
+    if cfg.iterations == 0:  # no REINFORCE (and no Ray): the warm start is the run's policy
+        from policies.rl.export import load_policy
+
+        summary = {"iteration": 0, "resumed_from": None, "first_iteration": 0, "final_metrics": {},
+                   "policy_dir": str(_export_net(load_policy(warm)[0], cfg, out, 0)),
+                   "wall_seconds": time.perf_counter() - t_start}
+        if cfg.eval_questions > 0 and cfg.env == "microworld":
+            summary["dev_eval"] = _dev_eval(cfg, out)
+        write_json(out / "summary.json", summary)
+        return summary
     started = init_ray(cfg)
     try:
         check_cluster(cfg)  # a request no node can ever satisfy fails now, naming the key (not after a silent wait)
@@ -494,12 +504,16 @@ def _save_on_schedule(algo, cfg: TrainConfig, out: Path, it: int) -> None:
 def _export_policies(algo, cfg: TrainConfig, out: Path) -> Path:
     """The trained policy (every head), its trigger alone and its QueryGen head alone; returns the policy's
     folder. Each export records the env its observations come from."""
+    return _export_net(learner_net(algo), cfg, out, algo.iteration)
+
+
+def _export_net(net, cfg: TrainConfig, out: Path, iteration: int) -> Path:
+    """:func:`_export_policies` of a :class:`PolicyNet`."""
     from policies.rl.export import export_policy
 
-    net = learner_net(algo)
     env_config = policy_env_config(cfg)
     policy_dir = export_policy(net, out / "policy", heads=("retrieve", "query", "value"),
-                               extra={"name": cfg.name, "iteration": algo.iteration}, env_config=env_config)
+                               extra={"name": cfg.name, "iteration": iteration}, env_config=env_config)
     export_policy(net, out / "policy_trigger", heads=("retrieve",), extra={"name": f"{cfg.name}-trigger"},
                   env_config=env_config)
     if net.query_head is not None:

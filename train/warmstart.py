@@ -53,11 +53,23 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+#: ``WarmStartOptions.kind``: how the decisions to fit are chosen and labelled
+WARMSTART_KINDS = ("counterfactual", "dagger")
+
+
 @dataclass
 class WarmStartOptions(ConfigBase):
-    """Counterfactual labels → supervised policy → REINFORCE (``TrainConfig.warmstart``)."""
+    """Counterfactual labels → supervised policy → REINFORCE (``TrainConfig.warmstart``); ``kind: dagger``: the
+    exact oracle's labels at the policy's own states instead (:mod:`train.dagger`)."""
 
     enabled: bool = helpf(False, "label training questions counterfactually and fit the policy before REINFORCE")
+    kind: str = helpf("counterfactual", "counterfactual: label π₀'s decisions by the two episodes that differ there "
+                                        "| dagger: label the decisions the policy itself visits with the exact cache "
+                                        "oracle's action values, over `rounds` rounds (train.dagger)")
+    rounds: int = helpf(3, "dagger: rounds of roll out → label → refit on every round's labels; round 0 rolls out "
+                           "π₀ (`behavior`), each later round the policy fitted in the round before", ge=1)
+    max_leaves: int = helpf(4096, "dagger: leaves the oracle's search may list below one action (reaching it is an "
+                                  "error: that label would not be exact)", ge=1)
     questions: int | None = helpf(2000, "training questions to label: the first N of the env's split (null: all)")
     behavior: str = helpf("never", "π₀ whose decisions are labelled: never | threshold")
     signal: str = helpf("minprob", "behavior threshold: the signal (info['signals'] name)")
@@ -74,6 +86,10 @@ class WarmStartOptions(ConfigBase):
                             "model copy each; the labels are the same for any number)")
 
     def validate(self) -> None:
+        if self.kind not in WARMSTART_KINDS:
+            raise ConfigError(f"WarmStartOptions: kind must be one of {', '.join(WARMSTART_KINDS)}, got '{self.kind}' "
+                              "(counterfactual: one-decision counterfactuals of π₀; dagger: the oracle's labels at "
+                              "the policy's own states)")
         if self.behavior not in ("never", "threshold"):
             raise ConfigError(f"WarmStartOptions: behavior must be never or threshold, got '{self.behavior}'")
         if self.behavior == "threshold" and self.threshold is None:
@@ -178,28 +194,11 @@ def counterfactual_labels(env_config: EnvConfig, questions: list[int], opts: War
     n_shards = min(opts.workers, len(questions))
     if n_shards <= 1:
         return _label_shard(cfg, questions, opts, out_dir, comps, progress)
-    import concurrent.futures as cf
-    import multiprocessing as mp
-
-    bounds = np.linspace(0, len(questions), n_shards + 1).round().astype(int)
-    shards = [questions[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+    shards = contiguous_shards(questions, n_shards)
     log.info("warm start: %d questions in %d shards (%s), one process each", len(questions), n_shards,
              ", ".join(str(len(s)) for s in shards))
-    root = logging.getLogger()  # the workers log as the driver does (it may have configured nothing)
-    log_level = root.getEffectiveLevel() if root.handlers else None
-    pool = cf.ProcessPoolExecutor(n_shards, mp_context=mp.get_context("spawn"), initializer=_init_worker,
-                                  initargs=(log_level,))
-    try:
-        futures = [pool.submit(_label_shard, cfg.to_dict(), shard, opts, out_dir / f"shard{i}", None,
-                               progress and i == 0) for i, shard in enumerate(shards)]
-        cf.wait(futures, return_when=cf.FIRST_EXCEPTION)  # a failing shard (or a dead worker) ends the wait
-        parts = [f.result() for f in futures]  # its error is raised here; else in shard order = question order
-    except BaseException:
-        for proc in list(getattr(pool, "_processes", {}).values()):  # stop the shards still labelling
-            proc.terminate()
-        raise
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    parts = map_shards(_label_shard, [(cfg.to_dict(), shard, opts, out_dir / f"shard{i}", None, progress and i == 0)
+                                      for i, shard in enumerate(shards)])
     n = np.array([len(s) for s in shards], dtype=np.float64)
     merged = {"obs": {f: np.concatenate([p["obs"][f] for p in parts]) for f in parts[0]["obs"]},
               "modes": parts[0]["modes"]}
@@ -208,6 +207,35 @@ def counterfactual_labels(env_config: EnvConfig, questions: list[int], opts: War
     for key in ("behavior_reward", "behavior_accuracy", "behavior_calls"):  # means over each shard's questions
         merged[key] = float(np.dot(n, [p[key] for p in parts]) / n.sum())
     return merged
+
+
+def contiguous_shards(questions: list[int], n: int) -> list[list[int]]:
+    """``questions`` cut into ``n`` contiguous shards of near-equal size, in order."""
+    bounds = np.linspace(0, len(questions), n + 1).round().astype(int)
+    return [questions[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def map_shards(fn, args: list[tuple]) -> list[Any]:
+    """``[fn(*a) for a in args]``, each call in its own spawned process (one torch thread each; the processes log as
+    the driver does), the results in the order of ``args``. A failing call (or a dead worker) stops the others and
+    its error is raised here."""
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    root = logging.getLogger()  # the workers log as the driver does (it may have configured nothing)
+    log_level = root.getEffectiveLevel() if root.handlers else None
+    pool = cf.ProcessPoolExecutor(len(args), mp_context=mp.get_context("spawn"), initializer=_init_worker,
+                                  initargs=(log_level,))
+    try:
+        futures = [pool.submit(fn, *a) for a in args]
+        cf.wait(futures, return_when=cf.FIRST_EXCEPTION)  # a failing shard (or a dead worker) ends the wait
+        return [f.result() for f in futures]  # its error is raised here; else in shard order
+    except BaseException:
+        for proc in list(getattr(pool, "_processes", {}).values()):  # stop the shards still working
+            proc.terminate()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _init_worker(log_level: int | None) -> None:
@@ -380,6 +408,27 @@ def fit_policy(data: dict[str, Any], spec, opts: WarmStartOptions, seed: int = 0
 
 
 # ---------------------------------------------------------------- the whole step
+def finished_warmstart(out: Path, cfg: EnvConfig, opts: WarmStartOptions) -> Path | None:
+    """The exported policy of a finished warm start in ``out`` (its ``summary.json`` present), ``None`` when there
+    is none; one of another kind or for another number of query modes is an error (delete it or use another
+    out_dir)."""
+    import json
+
+    if not ((out / "summary.json").is_file() and (out / "policy" / "spec.json").is_file()):
+        return None
+    n_modes = len(cfg.query_modes) if cfg.querygen else 1
+    saved = json.loads((out / "policy" / "spec.json").read_text())["spec"].get("n_modes", 1)
+    if saved != n_modes:
+        raise ConfigError(f"warm start: {out / 'policy'} was fitted for {saved} query mode(s), this run has "
+                          f"{n_modes} (querygen / query_modes changed): delete {out} or use another out_dir")
+    kind = (json.loads((out / "summary.json").read_text()).get("behavior") or {}).get("kind", "counterfactual")
+    if kind != opts.kind:
+        raise ConfigError(f"warm start: {out} holds a finished '{kind}' warm start, this run asks for "
+                          f"warmstart.kind '{opts.kind}': delete {out} or use another out_dir")
+    log.info("warm start: reusing %s", out / "policy")
+    return out / "policy"
+
+
 def run_warmstart(env_config: EnvConfig, opts: WarmStartOptions, out_dir: str | Path,
                   model_config: dict[str, Any], lam: float = 0.1, seed: int = 0, progress: bool = True) -> Path:
     """Label, fit and export; returns the exported policy directory (``<out_dir>/policy``). A finished
@@ -394,16 +443,14 @@ def run_warmstart(env_config: EnvConfig, opts: WarmStartOptions, out_dir: str | 
 
     out = Path(out_dir)
     cfg = env_config.replace(max_questions=None)
-    if (out / "summary.json").is_file() and (out / "policy" / "spec.json").is_file():
-        import json
+    done = finished_warmstart(out, cfg, opts)
+    if done is not None:
+        return done
+    if opts.kind == "dagger":
+        from train.dagger import run_dagger
 
-        n_modes = len(cfg.query_modes) if cfg.querygen else 1
-        saved = json.loads((out / "policy" / "spec.json").read_text())["spec"].get("n_modes", 1)
-        if saved != n_modes:
-            raise ConfigError(f"warm start: {out / 'policy'} was fitted for {saved} query mode(s), this run has "
-                              f"{n_modes} (querygen / query_modes changed): delete {out} or use another out_dir")
-        log.info("warm start: reusing %s", out / "policy")
-        return out / "policy"
+        return run_dagger(cfg, opts, out, model_config, lam=opts.lam if opts.lam is not None else lam, seed=seed,
+                          progress=progress)
     t0 = time.perf_counter()
     lam = opts.lam if opts.lam is not None else lam
     comps = build_components(cfg)

@@ -128,14 +128,14 @@ def select_learned(m: Any, runner: Any, dev: range, test: range, calib: dict, mo
 
 def cache_oracle(runner: Any, questions: range, lam: float, max_leaves: int = 4096,
                  modes: list[str] | None = None) -> dict[str, Any]:
-    """Per question, the best leaf of the decision tree at λ (:mod:`eval.oracle`, searched breadth first over all
+    """Per question, the best leaf of the decision tree at λ (:mod:`envs.oracle`, searched breadth first over all
     questions with batched generation and branch and bound at λ; replays hit the trajectory cache). ``modes``: each
     retrieval may use any of these query modes (the tree branches per mode; QueryGen actions, same cache namespace);
     None: the env's default mode."""
     from tqdm.auto import tqdm
 
+    from envs.oracle import best_leaf, enumerate_leaves_batched
     from envs.vector import BatchedRetrievalEnv
-    from eval.oracle import best_leaf, enumerate_leaves_batched
     from train.evaluate import summarize_rows
 
     cfg = runner.env_config.replace(max_questions=max(questions.stop, runner.env_config.max_questions or 0),

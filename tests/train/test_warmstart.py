@@ -20,8 +20,8 @@ def _env(cfg: dict) -> EnvConfig:
 
 
 def test_labels_equal_brute_force_on_the_cached_decision_tree(tmp_path):
+    from envs.oracle import enumerate_leaves
     from envs.registration import make_env
-    from eval.oracle import enumerate_leaves
 
     env_cfg = {**ENV, "cache_path": str(tmp_path / "c.sqlite")}
     lam = 0.1
@@ -48,8 +48,8 @@ def test_querygen_labels_equal_brute_force_per_query_mode(tmp_path):
     """With QueryGen actions every decision's retrieve branch is labelled once per mode: delta_modes[:, m] is the
     leaf that retrieves at k with mode m (closed book elsewhere) minus the closed-book leaf; ``delta`` its max;
     column 0 equals the labels of the same env without QueryGen (its default mode)."""
+    from envs.oracle import enumerate_leaves_batched
     from envs.vector import BatchedRetrievalEnv
-    from eval.oracle import enumerate_leaves_batched
 
     # one retrieval per episode: the tree holds exactly the leaves the labels need (retrieve once at k with mode
     # m, closed book elsewhere), not every multi-retrieval branch (3^steps)
