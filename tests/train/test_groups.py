@@ -196,6 +196,32 @@ def test_the_env_schedule_gives_each_question_its_rollouts_then_parks(env_cfg):
     assert not vec._parked.any() and "parked" not in infos
 
 
+def test_rollouts_at_the_same_prefix_make_their_record_once(env_cfg):
+    """A question's rollouts side by side: copies at the same (question, prefix) in one batched call share one
+    generated record (the others take it as a cache hit) and see the same observation; once their actions differ
+    they part."""
+    from envs.vector import make_batched
+
+    vec = make_batched(3, env_cfg)
+    made = vec.envs[0].c.phase_seconds
+    vec.schedule_questions([4, 4, 4])
+    obs, _ = vec.reset(seed=0)
+    assert made["start"][1] == 1  # one start record for three copies
+    obs, *_ = vec.step(np.array([1, 1, 0]))  # two retrieve at step 1, one accepts
+    assert made["retrieve"][1] == 1
+    prefixes = [e.ep.prefix for e in vec.envs]
+    assert prefixes[0] == prefixes[1] != prefixes[2]
+    assert made.get("next", [0, 0])[1] <= 2  # at most one next step per distinct prefix
+    for k in obs:
+        np.testing.assert_array_equal(obs[k][0], obs[k][1])
+    single = make_batched(1, {**env_cfg, "cache_path": None})  # the same episode alone, nothing shared or cached
+    single.schedule_questions([4])
+    single.reset(seed=0)
+    alone, *_ = single.step(np.array([1]))
+    for k in obs:
+        np.testing.assert_allclose(obs[k][1], alone[k][0], atol=1e-6)
+
+
 def test_rllib_samples_g_rollouts_per_question_with_their_own_actions(tiny_world, tmp_path):
     """Through RLlib: a batch of 8 episodes = 2 questions × 4 rollouts, the rollouts' action sequences differ
     (independent sampling), the same iteration resampled gives the same episodes, and a training step runs."""
