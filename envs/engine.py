@@ -12,6 +12,9 @@ For the copies whose record is not cached it reads, top to bottom:
    a selector may have generated its step already), and their signals' batched work;
 4. the new records (:func:`_record`: features, labels, what they cost), cached in one put.
 
+Copies at the same (question, action prefix) in one call (a question's group rollouts, ``train.groups``) get one
+record, made once, as if the others had found it in the cache.
+
 ``seconds`` of a new record: its copy's own work plus its share of the batched calls.
 """
 
@@ -40,6 +43,12 @@ def make_records(c: Any, cfg: Any, cache: Any, eps: list[Episode], kind: str,
     miss = [i for i, r in enumerate(out) if r is None]
     if not miss:
         return out  # type: ignore[return-value]
+    # copies at the same (question, prefix) in one call — a question's group rollouts side by side — share one
+    # record, made once: the record is a pure function of its key (what the cache rests on); the others take it
+    # as a cache hit
+    first: dict[tuple, int] = {}
+    same = [(i, first.setdefault((c.question_id(eps[i].q), eps[i].prefix), i)) for i in miss]
+    miss = sorted(first.values())
     t0 = time.perf_counter()
     todo = [eps[i] for i in miss]
     jobs = [_job(c, cfg, ep, kind) for ep in todo]
@@ -56,6 +65,10 @@ def make_records(c: Any, cfg: Any, cache: Any, eps: list[Episode], kind: str,
         out[i] = rec = _record(c, ep, job, own)
         new.append((c.question_id(ep.q), ep.prefix, rec))
     cache.put_many(new)
+    for i, j in same:
+        if i != j:
+            out[i] = out[j]
+            eps[i].before = eps[i].after = None
     spent = c.phase_seconds.setdefault(kind, [0.0, 0])  # wall time of this phase's new records (efficiency bench)
     spent[0] += time.perf_counter() - t0
     spent[1] += len(miss)

@@ -24,9 +24,10 @@ from envs.core.plugins import import_plugins
 from envs.env_config import PRESETS, EnvConfig
 from envs.serving import ReasonerServiceConfig, RetrieverServiceConfig
 from train.curriculum import ScheduleConfig
+from train.groups import GROUP_BASELINES
 from train.warmstart import WarmStartOptions
 
-BASELINES = ("none", "mean", "value")
+BASELINES = ("none", "mean", "value", *GROUP_BASELINES)
 
 #: TrainConfig keys (dotted) that may change when a run is resumed: its length, saving schedule and resources —
 #: nothing that changes what an iteration computes (every other key's change is refused, naming it)
@@ -88,19 +89,29 @@ class AlgoOptions(ConfigBase):
     """REINFORCE hyper-parameters."""
 
     lr: float = helpf(3e-3, "Adam learning rate")
-    baseline: str = helpf("value", "baseline subtracted from the returns-to-go: none | mean | value")
+    baseline: str = helpf("value", "baseline subtracted from the returns-to-go: none | mean (of the batch) | value "
+                                   "(the learned value head) | rloo (each episode's return minus the mean return of "
+                                   "the other group_size − 1 rollouts of its question) | grpo (the return minus its "
+                                   "question's group mean, over the group's std); rloo and grpo need group_size >= 2")
     normalize_advantages: bool = helpf(True, "divide advantages by their batch std (centering is the baseline's job)")
     entropy_coeff: float = helpf(0.01, "entropy bonus weight", ge=0)
     vf_loss_coeff: float = helpf(0.5, "weight of the value-head MSE (baseline=value)", ge=0)
     floor_coeff: float = helpf(1.0, "weight of the barrier keeping π(retrieve) >= model.explore_floor", ge=0)
     grad_clip: float | None = helpf(1.0, "global gradient-norm clip (null: off)", gt=0)
     episodes_per_batch: int = helpf(64, "complete episodes per training iteration")
+    group_size: int = helpf(1, "rollouts of each question per batch, sampled side by side with independent actions "
+                               "(1: every episode draws its own question); episodes_per_batch / group_size questions "
+                               "per iteration", ge=1)
 
     def validate(self) -> None:
         if self.baseline not in BASELINES:
             raise ConfigError(f"AlgoOptions: baseline must be one of {BASELINES}, got '{self.baseline}'")
         if self.episodes_per_batch < 1 or self.lr <= 0:
             raise ConfigError("AlgoOptions: episodes_per_batch must be >= 1 and lr > 0")
+        if self.baseline in GROUP_BASELINES and self.group_size < 2:
+            raise ConfigError(f"AlgoOptions: baseline '{self.baseline}' compares each rollout with the other rollouts "
+                              f"of its question, and group_size is {self.group_size}: set algo.group_size >= 2 "
+                              "(e.g. 4)")
 
 
 @dataclass
@@ -253,6 +264,13 @@ class TrainConfig(ConfigBase):
                 v = float(getattr(sched, k))
                 if not (v == v and abs(v) != float("inf")) or v < 0:
                     raise ConfigError(f"TrainConfig: curriculum.{name}.{k} must be a finite λ >= 0, got {v}")
+        runners = max(1, self.num_env_runners)
+        if self.algo.group_size > 1 and self.algo.episodes_per_batch % (self.algo.group_size * runners):
+            g, n = self.algo.group_size, self.algo.episodes_per_batch
+            fix = max(g * runners, n - n % (g * runners))
+            raise ConfigError(f"TrainConfig: algo.episodes_per_batch ({n}) must be a multiple of algo.group_size × "
+                              f"num_env_runners ({g} × {runners} = {g * runners}): every EnvRunner samples whole "
+                              f"groups of a question's rollouts — e.g. episodes_per_batch: {fix}")
         if self.warmstart.enabled and self.env not in PRESETS:
             raise ConfigError(f"TrainConfig.warmstart: the counterfactual warm start labels through the Kairos env "
                               f"presets ({', '.join(PRESETS)}), not a custom env factory '{self.env}' (set "

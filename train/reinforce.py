@@ -2,10 +2,12 @@
 
 * :class:`ReinforceConfig` — an ``AlgorithmConfig`` with a fluent ``.training(baseline=…, …)``;
 * :class:`Reinforce` — ``training_step``: set the curriculum's λ on every EnvRunner, sample complete
-  episodes, update the learner, sync weights;
-* :class:`ReinforceTorchLearner` — returns-to-go (γ = 1) via RLlib's ``ComputeReturnsToGo`` connector,
-  then :func:`reinforce_loss` (baseline ``none | mean | value``, advantage scaling, entropy bonus);
-  gradient clipping is RLlib's (``grad_clip``, global norm);
+  episodes (with ``group_size`` G > 1: G rollouts of each question, :mod:`train.groups`), update the learner,
+  sync weights;
+* :class:`ReinforceTorchLearner` — returns-to-go (γ = 1) via RLlib's ``ComputeReturnsToGo`` connector (and,
+  for a group baseline, :class:`ComputeGroupAdvantages`), then :func:`reinforce_loss` (baseline
+  ``none | mean | value | rloo | grpo``, advantage scaling, entropy bonus); gradient clipping is RLlib's
+  (``grad_clip``, global norm);
 * :class:`KairosMetricsCallback` — per-episode answer quality, retrievals, each cost and its λ.
 
 Example:
@@ -22,11 +24,13 @@ import logging
 import math
 from typing import Any
 
+import numpy as np
 import torch
 import tree
 from ray.rllib.algorithms import Algorithm
 from ray.rllib.algorithms.algorithm_config import AlgorithmConfig, NotProvided
 from ray.rllib.callbacks.callbacks import RLlibCallback
+from ray.rllib.connectors.connector_v2 import ConnectorV2
 from ray.rllib.connectors.learner import ComputeReturnsToGo
 from ray.rllib.core.columns import Columns
 from ray.rllib.core.learner.torch.torch_learner import TorchLearner
@@ -43,6 +47,10 @@ from ray.rllib.utils.metrics import (
 )
 
 from train.curriculum import Curriculum, apply_cost_weights
+from train.groups import GROUP_BASELINES, episode_group, group_advantages, sample_groups
+
+#: every baseline :func:`reinforce_loss` knows
+BASELINES = ("none", "mean", "value", *GROUP_BASELINES)
 
 log = logging.getLogger(__name__)
 
@@ -50,11 +58,13 @@ log = logging.getLogger(__name__)
 def reinforce_loss(logp: torch.Tensor, entropy: torch.Tensor, returns: torch.Tensor,
                    values: torch.Tensor | None, *, baseline: str, normalize_advantages: bool,
                    entropy_coeff: float, vf_loss_coeff: float = 0.5, retrieve_logp: torch.Tensor | None = None,
-                   floor: float = 0.0, floor_coeff: float = 1.0) -> dict[str, torch.Tensor]:
+                   floor: float = 0.0, floor_coeff: float = 1.0,
+                   advantages: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """The REINFORCE loss of one batch of time steps (all from complete episodes).
 
-    ``A = G − b`` with ``b = 0`` (none), ``mean(G)`` over the batch (mean) or ``V(s)`` detached (value);
-    with ``normalize_advantages`` ``A ← A / (std(A) + 1e-8)`` (population std; no re-centering, so the
+    ``A = G − b`` with ``b = 0`` (none), ``mean(G)`` over the batch (mean) or ``V(s)`` detached (value); the
+    group baselines (rloo, grpo) take ``advantages`` as given — each step's episode-level group advantage
+    (:func:`train.groups.group_advantages`); with ``normalize_advantages`` ``A ← A / (std(A) + 1e-8)`` (population std; no re-centering, so the
     baselines stay distinct). ``total = −mean(logp·A) − c_H·mean(H) + c_V·mean((V − G)²)`` (last term only
     for the value baseline). Anti-collapse barrier (when ``floor > 0`` and ``retrieve_logp`` = log π(retrieve=1)
     per step is given): ``+ c_F·mean(relu(log floor − log π(retrieve=1)))`` — its gradient does not vanish
@@ -69,8 +79,12 @@ def reinforce_loss(logp: torch.Tensor, entropy: torch.Tensor, returns: torch.Ten
         if values is None:
             raise ValueError("baseline='value' needs value predictions")
         adv = returns - values.detach()
+    elif baseline in GROUP_BASELINES:
+        if advantages is None:
+            raise ValueError(f"baseline='{baseline}' needs the group advantages (ComputeGroupAdvantages)")
+        adv = advantages.float()
     else:
-        raise ValueError(f"unknown baseline '{baseline}' (valid: none, mean, value)")
+        raise ValueError(f"unknown baseline '{baseline}' (valid: {', '.join(BASELINES)})")
     if normalize_advantages and adv.numel() > 1:
         adv = adv / (adv.std(unbiased=False) + 1e-8)
     policy_loss = -(logp * adv).mean()
@@ -106,6 +120,7 @@ class ReinforceConfig(AlgorithmConfig):
         self.entropy_coeff = 0.01
         self.vf_loss_coeff = 0.5
         self.floor_coeff = 1.0
+        self.group_size = 1
         self.curriculum: dict[str, dict] = {}
         self.gamma = 1.0
         self.batch_mode = "complete_episodes"
@@ -117,22 +132,26 @@ class ReinforceConfig(AlgorithmConfig):
     @override(AlgorithmConfig)
     def training(self, *, num_episodes_per_train_batch=NotProvided, baseline=NotProvided,
                  normalize_advantages=NotProvided, entropy_coeff=NotProvided, vf_loss_coeff=NotProvided,
-                 floor_coeff=NotProvided, curriculum=NotProvided, **kwargs) -> ReinforceConfig:
+                 floor_coeff=NotProvided, curriculum=NotProvided, group_size=NotProvided,
+                 **kwargs) -> ReinforceConfig:
         """REINFORCE settings (plus everything ``AlgorithmConfig.training`` takes: lr, grad_clip, gamma, …).
 
         Args:
             num_episodes_per_train_batch: complete episodes per iteration.
-            baseline: ``none | mean | value``.
+            baseline: ``none | mean | value | rloo | grpo`` (the last two need ``group_size >= 2``).
             normalize_advantages: scale advantages by their batch std.
             entropy_coeff: entropy bonus weight.
             vf_loss_coeff: value-head MSE weight (baseline ``value``).
             floor_coeff: weight of the exploration-floor barrier (the floor is the module's ``explore_floor``).
             curriculum: cost name -> schedule dict (:class:`train.curriculum.ScheduleConfig` fields).
+            group_size: rollouts of each question per batch (> 1: :mod:`train.groups`'s schedule; every
+                EnvRunner's episode count must be a multiple of it).
         """
         super().training(**kwargs)
         for k, v in dict(num_episodes_per_train_batch=num_episodes_per_train_batch, baseline=baseline,
                          normalize_advantages=normalize_advantages, entropy_coeff=entropy_coeff,
-                         vf_loss_coeff=vf_loss_coeff, floor_coeff=floor_coeff, curriculum=curriculum).items():
+                         vf_loss_coeff=vf_loss_coeff, floor_coeff=floor_coeff, curriculum=curriculum,
+                         group_size=group_size).items():
             if v is not NotProvided:
                 setattr(self, k, v)
         return self
@@ -140,8 +159,19 @@ class ReinforceConfig(AlgorithmConfig):
     @override(AlgorithmConfig)
     def validate(self) -> None:
         super().validate()
-        if self.baseline not in ("none", "mean", "value"):
-            raise ValueError(f"ReinforceConfig: baseline must be none, mean or value, got '{self.baseline}'")
+        if self.baseline not in BASELINES:
+            raise ValueError(f"ReinforceConfig: baseline must be one of {', '.join(BASELINES)}, got '{self.baseline}'")
+        if int(self.group_size) < 1:
+            raise ValueError(f"ReinforceConfig: group_size must be >= 1, got {self.group_size}")
+        if self.baseline in GROUP_BASELINES and self.group_size < 2:
+            raise ValueError(f"ReinforceConfig: baseline '{self.baseline}' compares each rollout with the other "
+                             f"rollouts of its question: set group_size >= 2, got {self.group_size}")
+        per_runner = math.ceil(self.num_episodes_per_train_batch / max(1, self.num_env_runners))
+        if self.group_size > 1 and (per_runner * max(1, self.num_env_runners) != self.num_episodes_per_train_batch
+                                    or per_runner % self.group_size):
+            raise ValueError(f"ReinforceConfig: num_episodes_per_train_batch ({self.num_episodes_per_train_batch}) "
+                             f"must be a multiple of group_size × num_env_runners ({self.group_size} × "
+                             f"{max(1, self.num_env_runners)}): every EnvRunner samples whole groups")
 
     @override(AlgorithmConfig)
     def get_default_rl_module_spec(self) -> RLModuleSpec:
@@ -208,11 +238,20 @@ class Reinforce(Algorithm):
         (the survivors' episodes come from the trajectory cache) and no iteration is lost or counted twice."""
         n_remote = self.env_runner_group.num_remote_workers()
         per_runner = math.ceil(self.config.num_episodes_per_train_batch / max(1, n_remote))
+        g = int(self.config.group_size)
+        if g > 1:  # each runner: per_runner / g questions of a seeded, disjoint draw, each g times (train.groups)
+            draw = [int(self.config.seed), int(self.iteration)] if self.config.seed is not None else \
+                int(np.random.SeedSequence().entropy % 2**63)
+            slots = max(1, n_remote)
+            sample = lambda r: sample_groups(r, per_runner, g, draw, slots)  # noqa: E731
+        else:
+            sample = lambda r: (r.sample(num_episodes=per_runner, explore=True), r.get_metrics())  # noqa: E731
         for attempt in range(SAMPLE_ATTEMPTS):
-            sampled = self.env_runner_group.foreach_env_runner(
-                lambda r: (r.sample(num_episodes=per_runner, explore=True), r.get_metrics()),
-                local_env_runner=n_remote <= 0,
-            )
+            sampled = self.env_runner_group.foreach_env_runner(sample, local_env_runner=n_remote <= 0)
+            errors = [s for s in sampled if isinstance(s, str)]
+            if errors:
+                raise ValueError(errors[0])
+            sampled = [s for s in sampled if s is not None]
             if n_remote <= 0 or len(sampled) == n_remote:
                 break
             log.warning("iteration %d: %d of %d EnvRunners returned no sample (died?); restarting them and sampling "
@@ -259,6 +298,27 @@ def reseed_env_runner(runner: Any, seed: int, iteration: int) -> None:
     random.seed(int(state[1]))
 
 
+class ComputeGroupAdvantages(ConnectorV2):
+    """Learner connector of the group baselines: every time step of an episode gets its episode's group advantage
+    (:func:`train.groups.group_advantages` of the batch's episode returns, grouped by question) in the
+    ``advantages`` column."""
+
+    def __init__(self, input_observation_space=None, input_action_space=None, *, kind: str):
+        super().__init__(input_observation_space, input_action_space)
+        self.kind = kind
+
+    @override(ConnectorV2)
+    def __call__(self, *, rl_module, episodes, batch, **kwargs):
+        eps = list(self.single_agent_episode_iterator(episodes, agents_that_stepped_only=False))
+        adv = group_advantages([float(np.sum(e.get_rewards())) for e in eps], [episode_group(e) for e in eps],
+                               self.kind)
+        for e, a in zip(eps, adv):
+            self.add_n_batch_items(batch=batch, column=Columns.ADVANTAGES,
+                                   items_to_add=np.full(len(e), a, dtype=np.float32), num_items=len(e),
+                                   single_agent_episode=e)
+        return batch
+
+
 class ReinforceTorchLearner(TorchLearner):
     """Returns-to-go (γ = 1) → :func:`reinforce_loss`."""
 
@@ -268,6 +328,8 @@ class ReinforceTorchLearner(TorchLearner):
         super().build()
         if self.config.add_default_connectors_to_learner_pipeline:
             self._learner_connector.prepend(ComputeReturnsToGo(gamma=self.config.gamma))
+            if self.config.baseline in GROUP_BASELINES:
+                self._learner_connector.prepend(ComputeGroupAdvantages(kind=self.config.baseline))
 
     @override(TorchLearner)
     def compute_loss_for_module(self, *, module_id, config, batch: dict[str, Any],
@@ -280,6 +342,7 @@ class ReinforceTorchLearner(TorchLearner):
             normalize_advantages=config.normalize_advantages, entropy_coeff=config.entropy_coeff,
             vf_loss_coeff=config.vf_loss_coeff, retrieve_logp=dist.retrieve.logits[..., 1],
             floor=float(getattr(module, "explore_floor", 0.0)), floor_coeff=config.floor_coeff,
+            advantages=batch.get(Columns.ADVANTAGES),
         )
         stats = {k: v.detach() for k, v in out.items()}
         stats["retrieve_prob"] = dist.retrieve_prob().mean().detach()

@@ -73,7 +73,7 @@ def build_algo_config(cfg: TrainConfig, services: dict | None = None):
         .training(lr=a.lr, grad_clip=a.grad_clip, grad_clip_by="global_norm", gamma=1.0,
                   num_episodes_per_train_batch=a.episodes_per_batch, baseline=a.baseline,
                   normalize_advantages=a.normalize_advantages, entropy_coeff=a.entropy_coeff,
-                  vf_loss_coeff=a.vf_loss_coeff, floor_coeff=a.floor_coeff,
+                  vf_loss_coeff=a.vf_loss_coeff, floor_coeff=a.floor_coeff, group_size=a.group_size,
                   curriculum={k: s.to_dict() for k, s in cfg.curriculum.items()})
         .callbacks(KairosMetricsCallback)
         .debugging(seed=cfg.seed, log_level="WARN")
