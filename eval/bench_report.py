@@ -167,6 +167,28 @@ def _blocks(summary: Mapping[str, Any], plot_keys: Sequence[str]) -> list[tuple[
         out.append(("table", ["group", "n"] + names, rows, set(range(1, len(names) + 2))))
         out.append(("p", "Cells: accuracy / retrieval calls per question."))
 
+    for bname, groups in (summary.get("oracle_gap_by") or {}).items():
+        if not isinstance(groups, Mapping) or not groups:
+            continue
+        names = list(dict.fromkeys(n for g in groups.values() if isinstance(g, Mapping) for n in g))
+        out.append(("h", 2, f"Oracle-gap fraction {bname}"))
+        rows = []
+        for gname, g in groups.items():
+            g = g if isinstance(g, Mapping) else {}
+            first = next((m for m in g.values() if isinstance(m, Mapping)), {})
+            row = [str(gname), _fmt_int(first.get("n")), _fmt(first.get("fixed_calls"), 2),
+                   _fmt(first.get("oracle_calls"), 2)]
+            for n in names:
+                m = g.get(n)
+                m = m if isinstance(m, Mapping) else {}
+                row.append(f"{_fmt_ci(m.get('fraction'), m.get('lo'), m.get('hi'), nd=2)} / {_fmt(m.get('calls'), 2)}")
+            rows.append(row)
+        out.append(("table", ["group", "n", "best fixed calls", "oracle calls"] + names, rows,
+                    set(range(1, len(names) + 4))))
+        out.append(("p", f"Cells: fraction of the gap between the best fixed trigger ({summary.get('best_fixed')}) "
+                         f"and the ceiling ({summary.get('oracle')}) that the learned row closes on the group's "
+                         "questions [95% CI, paired bootstrap] / its retrieval calls per question."))
+
     notes = [str(s) for s in summary.get("notes") or []]
     if notes:
         out.append(("h", 2, "Notes"))

@@ -142,6 +142,18 @@ def _report(metrics, tsum, summary, timings, format_metrics) -> str:
                 line += (f"; fraction of the oracle gap closed {g['fraction']:.2f} [95% CI {g['lo']:.2f}, "
                          f"{g['hi']:.2f}] (ceiling: {summary.get('oracle')})")
             headline.append(line + ".")
+    gap_by = (summary.get("oracle_gap_by") or {}).get("by chain_kind") or {}
+    if gap_by:  # where the learned policy falls short of the ceiling, and how its calls compare with the oracle's
+        names = list(dict.fromkeys(n for g in gap_by.values() for n in g))
+        lines = ["| chain kind | n | oracle calls | " + " | ".join(f"{n}: gap closed / calls" for n in names) + " |",
+                 "|---|---|---|" + "---|" * len(names)]
+        for g, cells in gap_by.items():
+            first = next(iter(cells.values()))
+            lines.append(f"| {g} | {first['n']} | {first['oracle_calls']:.2f} | " + " | ".join(
+                f"{c['fraction']:.2f} [{c['lo']:.2f}, {c['hi']:.2f}] / {c['calls']:.2f}" if c["fraction"] == c["fraction"]
+                else f"– / {c['calls']:.2f}" for c in (cells.get(n) for n in names)) + " |")
+        headline.append("Oracle-gap fraction per chain kind (95% CI), retrieval calls beside the oracle's:\n\n"
+                        + "\n".join(lines))
     return (
         "# Kairos quickstart: the micro-world\n\n"
         f"Wall time {timings['total_s'] / 60:.1f} min (world evaluation {timings['world_eval_s']:.0f} s, "

@@ -42,10 +42,14 @@ def test_quickstart_trains_benchmarks_and_reports(tmp_path):
     # the headline: the learned policy against the best fixed trigger, and the share of the oracle gap it closes
     assert "learned[QueryGen](λ=0.1) − best fixed" in report and "fraction of the oracle gap closed" in report
     assert "(ceiling: CacheOracle[q: info_need, step])" in report
+    # and where it falls short: the gap fraction per chain kind, its calls beside the oracle's (issue 36 item 5)
+    assert "Oracle-gap fraction per chain kind" in report and "| chain kind | n | oracle calls |" in report
     s = json.loads((out / "bench" / "summary.json").read_text())
     assert s["methods"]["CoT"]["calls"] == 0.0 and s["methods"]["IRCoT"]["calls"] > 1.0  # as published
     assert s["methods"]["FLARE"]["query_mode"] == "masked:0.4" and s["methods"]["IRCoT"]["k"] == 2
     assert not s["skipped"] and s["methods"]["DRAGIN[step-level]"]["query_mode"] == "qfs"  # its env's default mode
+    by_kind = s["oracle_gap_by"]["by chain_kind"]
+    assert sum(g["learned[QueryGen](λ=0.1)"]["n"] for g in by_kind.values()) == 16
     learned = s["methods"]["learned[QueryGen](λ=0.1)"]
     assert learned["n"] == 16 and learned["query_mode"] == "policy's QueryGen head"
     assert (out / "train" / "policy_trigger" / "spec.json").is_file() and (out / "train" / "curves.png").is_file()

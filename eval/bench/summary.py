@@ -89,6 +89,7 @@ def summarize(cfg: BenchConfig, runner: Runner, results: dict[str, dict], calib:
     for k, why in skipped.items():
         notes.append(f"Skipped {k}: {why}.")
     breakdowns = _breakdowns(cfg, runner, results)
+    gap_by = _gap_breakdowns(cfg, runner, results, list(gap), best_fixed, oracle)
     return {
         "title": f"Kairos benchmark: {cfg.name}",
         "setup": {"task": runner.env_config.task, "split": runner.env_config.split, "dev": cfg.dev,
@@ -102,7 +103,7 @@ def summarize(cfg: BenchConfig, runner: Runner, results: dict[str, dict], calib:
         "reference": ref, "methods": methods, "comparisons": comparisons, "matched_budget": matched,
         "dominance": dominance, "frontier": frontier, "breakdowns": breakdowns, "notes": notes,
         "calibration": calib, "skipped": skipped, "best_fixed": best_fixed, "oracle": oracle,
-        "oracle_gap": gap,
+        "oracle_gap": gap, "oracle_gap_by": gap_by,
     }
 
 
@@ -255,4 +256,34 @@ def _breakdowns(cfg: BenchConfig, runner: Runner, results: dict[str, dict]) -> d
                 table.setdefault(g, {})[name] = {"accuracy": float(np.mean([e["quality"] for e in es])),
                                                  "calls": float(np.mean([e["calls"] for e in es])), "n": len(es)}
         out[f"by {attr}"] = dict(sorted(table.items()))
+    return out
+
+
+def _gap_breakdowns(cfg: BenchConfig, runner: Runner, results: dict[str, dict], learned: list[str],
+                    best_fixed: str | None, oracle: str | None) -> dict:
+    """Each learned row's oracle-gap fraction per group of every ``group_by`` attribute (e.g. per chain kind:
+    where the policy falls short of the ceiling), with its calls beside the oracle's and the best fixed trigger's:
+    ``{"by chain_kind": {group: {method: {fraction, lo, hi, gap, n, calls, oracle_calls, fixed_calls}}}}``. The
+    same paired bootstrap as the overall fraction, over the group's questions; a group where the oracle does no
+    better than the best fixed trigger has no fraction (NaN)."""
+    if not (learned and best_fixed and oracle):
+        return {}
+    qs, task = runner.components.questions, runner.components.task
+    out: dict[str, dict] = {}
+    for attr in cfg.group_by:
+        groups: dict[str, list[int]] = {}
+        for i, e in enumerate(results[oracle]["episodes"]):
+            groups.setdefault(str(_attr(qs[e["question_index"]], attr, task)), []).append(i)
+        table: dict[str, dict] = {}
+        for g, idx in sorted(groups.items()):
+            o, f = [results[oracle]["episodes"][i] for i in idx], [results[best_fixed]["episodes"][i] for i in idx]
+            for k in learned:
+                es = [results[k]["episodes"][i] for i in idx]
+                assert [e["question_index"] for e in es] == [e["question_index"] for e in o], "episodes out of order"
+                fr = stats.gap_fraction([e["reward"] for e in es], [e["reward"] for e in f], [e["reward"] for e in o],
+                                        n_resamples=cfg.n_resamples, seed=cfg.seed)
+                table.setdefault(g, {})[k] = {**fr, "calls": float(np.mean([e["calls"] for e in es])),
+                                              "oracle_calls": float(np.mean([e["calls"] for e in o])),
+                                              "fixed_calls": float(np.mean([e["calls"] for e in f]))}
+        out[f"by {attr}"] = table
     return out

@@ -291,3 +291,40 @@ def test_a_method_env_tag_hashes_the_keys_as_given():
                                                 "rsus_options": {"cons_only_at_markers": False}}}]})
     assert [Runner.env_tag(m.env) for m in cfg.methods[1:]] == ["c22355d7", "e50b0bb9", "7cc371fe"]
     assert BenchConfig.from_dict(cfg.to_dict()) == cfg
+
+
+def test_oracle_gap_per_group_is_the_gap_fraction_on_each_groups_questions():
+    """The oracle-gap breakdown (issue 36 item 5): per chain kind, the learned row's fraction of the gap between
+    the best fixed trigger and the ceiling on that group's questions alone, with its calls beside the oracle's and
+    the fixed trigger's; a group where the ceiling is no better than the fixed trigger has no fraction; the report
+    renders it as its own table."""
+    from types import SimpleNamespace
+
+    from eval.bench.summary import _gap_breakdowns
+    from eval.bench_report import render_markdown
+
+    kinds = {0: "unseen", 1: "unseen", 2: "conflicting", 3: "conflicting"}
+    qs = [SimpleNamespace(chain_kind=kinds[i]) for i in range(4)]
+    runner = SimpleNamespace(components=SimpleNamespace(questions=qs, task=None))
+
+    def eps(rewards, calls):
+        return {"episodes": [{"question_index": i, "reward": r, "calls": c}
+                             for i, (r, c) in enumerate(zip(rewards, calls))]}
+
+    results = {"fixed": eps([0.0, 0.0, 0.5, 0.5], [1, 1, 0, 0]),
+               "oracle": eps([1.0, 1.0, 0.5, 0.5], [1, 1, 0, 0]),
+               "learned": eps([1.0, 0.0, 0.5, 0.5], [1, 2, 1, 0])}
+    cfg = BenchConfig.from_dict({"group_by": ["chain_kind"], "n_resamples": 200,
+                                 "methods": [{"name": "CoT", "kind": "never"}]})
+    out = _gap_breakdowns(cfg, runner, results, ["learned"], "fixed", "oracle")
+    unseen, conflicting = out["by chain_kind"]["unseen"]["learned"], out["by chain_kind"]["conflicting"]["learned"]
+    assert unseen["fraction"] == pytest.approx(0.5) and unseen["n"] == 2
+    assert unseen["lo"] <= 0.5 <= unseen["hi"]
+    assert (unseen["calls"], unseen["oracle_calls"], unseen["fixed_calls"]) == (1.5, 1.0, 1.0)
+    assert np.isnan(conflicting["fraction"]) and conflicting["calls"] == 0.5  # no gap to close there
+    assert _gap_breakdowns(cfg, runner, results, ["learned"], None, "oracle") == {}
+
+    md = render_markdown({"methods": {}, "oracle_gap_by": out, "best_fixed": "fixed", "oracle": "oracle"}, {})
+    assert "## Oracle-gap fraction by chain_kind" in md
+    unseen_row = next(line for line in md.splitlines() if line.startswith("| unseen"))
+    assert "0.50 [" in unseen_row and unseen_row.rstrip(" |").endswith("/ 1.50")
