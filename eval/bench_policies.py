@@ -105,6 +105,17 @@ def _run_bench(cfg: BenchConfig, components=None) -> dict[str, Any]:
              len(cfg.methods))
     ctx = RunContext(runner, runner.run(NeverTrigger(), "dev", dev, tag="CoT"), dev, test, {}, {},
                      cfg.lambda_retrieval)
+    if cfg.workers > 1 and components is None:  # helpers fill the per-question files; the pass below reads them
+        from eval.bench import parallel
+
+        helpers = parallel.start_helpers(cfg, cfg.methods)
+        parallel.run_claimed(ctx, parallel.shareable(cfg.methods), cfg.out_dir, "bench")
+        parallel.join_helpers(helpers, cfg.out_dir)
+        ctx.results.clear()
+        ctx.calib.clear()
+    elif cfg.workers > 1:
+        log.info("bench %s: workers %d ignored (components passed in: helper processes could not rebuild them)",
+                 cfg.name, cfg.workers)
     skipped: dict[str, str] = {}
     for m in sorted(cfg.methods, key=lambda m: m.runs_last):  # Random matches others: it runs last
         try:

@@ -34,6 +34,9 @@ class BenchConfig(ConfigBase):
     test_curves: bool = helpf(True, "sweep each threshold trigger's grid on test too (the plot's curves)")
     group_by: list[str] = helpf([], "question attributes to break results down by (e.g. hops)")
     batch_size: int = helpf(16, "questions in flight per batched generation call", ge=1)
+    workers: int = helpf(1, "processes that run the methods (one torch thread each; set it to the CPUs you give "
+                            "the benchmark): helpers fill the per-question files, the rows are a one-process "
+                            "run's (eval.bench.parallel)", ge=1)
     n_resamples: int = helpf(10_000, "bootstrap resamples (fixed seed)", ge=1)
     seed: int = helpf(0, "seed of the statistics (and base seed of Random)")
     skip_missing_policies: bool = helpf(False, "a learned method whose exported policy is missing is skipped (and "
