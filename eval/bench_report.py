@@ -181,13 +181,17 @@ def _blocks(summary: Mapping[str, Any], plot_keys: Sequence[str]) -> list[tuple[
             for n in names:
                 m = g.get(n)
                 m = m if isinstance(m, Mapping) else {}
-                row.append(f"{_fmt_ci(m.get('fraction'), m.get('lo'), m.get('hi'), nd=2)} / {_fmt(m.get('calls'), 2)}")
+                frac = m.get("fraction")
+                frac = (_fmt_ci(frac, m.get("lo"), m.get("hi"), nd=2) if _num(frac) is not None
+                        else f"– (gap {_fmt(m.get('gap'), 3)})")
+                row.append(f"{frac} / {_fmt(m.get('calls'), 2)}")
             rows.append(row)
         out.append(("table", ["group", "n", "best fixed calls", "oracle calls"] + names, rows,
                     set(range(1, len(names) + 4))))
         out.append(("p", f"Cells: fraction of the gap between the best fixed trigger ({summary.get('best_fixed')}) "
                          f"and the ceiling ({summary.get('oracle')}) that the learned row closes on the group's "
-                         "questions [95% CI, paired bootstrap] / its retrieval calls per question."))
+                         "questions [95% CI, paired bootstrap] / its retrieval calls per question; – where the "
+                         "ceiling is less than 0.02 reward above the best fixed trigger (no gap to speak of)."))
 
     notes = [str(s) for s in summary.get("notes") or []]
     if notes:

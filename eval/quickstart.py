@@ -151,7 +151,7 @@ def _report(metrics, tsum, summary, timings, format_metrics) -> str:
             first = next(iter(cells.values()))
             lines.append(f"| {g} | {first['n']} | {first['oracle_calls']:.2f} | " + " | ".join(
                 f"{c['fraction']:.2f} [{c['lo']:.2f}, {c['hi']:.2f}] / {c['calls']:.2f}" if c["fraction"] == c["fraction"]
-                else f"– / {c['calls']:.2f}" for c in (cells.get(n) for n in names)) + " |")
+                else f"– (gap {c['gap']:.3f}) / {c['calls']:.2f}" for c in (cells.get(n) for n in names)) + " |")
         headline.append("Oracle-gap fraction per chain kind (95% CI), retrieval calls beside the oracle's:\n\n"
                         + "\n".join(lines))
     return (

@@ -259,13 +259,18 @@ def _breakdowns(cfg: BenchConfig, runner: Runner, results: dict[str, dict]) -> d
     return out
 
 
+#: a group's oracle gap (ceiling − best fixed, mean reward) below which its gap fraction is not reported
+MIN_GROUP_GAP = 0.02
+
+
 def _gap_breakdowns(cfg: BenchConfig, runner: Runner, results: dict[str, dict], learned: list[str],
                     best_fixed: str | None, oracle: str | None) -> dict:
     """Each learned row's oracle-gap fraction per group of every ``group_by`` attribute (e.g. per chain kind:
     where the policy falls short of the ceiling), with its calls beside the oracle's and the best fixed trigger's:
     ``{"by chain_kind": {group: {method: {fraction, lo, hi, gap, n, calls, oracle_calls, fixed_calls}}}}``. The
-    same paired bootstrap as the overall fraction, over the group's questions; a group where the oracle does no
-    better than the best fixed trigger has no fraction (NaN)."""
+    same paired bootstrap as the overall fraction, over the group's questions. A group where the oracle is less
+    than :data:`MIN_GROUP_GAP` reward better than the best fixed trigger has no fraction (NaN; its ``gap`` says how
+    small): there the ratio divides by almost nothing (e.g. questions whose facts the LM knows)."""
     if not (learned and best_fixed and oracle):
         return {}
     qs, task = runner.components.questions, runner.components.task
@@ -282,6 +287,8 @@ def _gap_breakdowns(cfg: BenchConfig, runner: Runner, results: dict[str, dict], 
                 assert [e["question_index"] for e in es] == [e["question_index"] for e in o], "episodes out of order"
                 fr = stats.gap_fraction([e["reward"] for e in es], [e["reward"] for e in f], [e["reward"] for e in o],
                                         n_resamples=cfg.n_resamples, seed=cfg.seed)
+                if not abs(fr["gap"]) >= MIN_GROUP_GAP:
+                    fr.update(fraction=float("nan"), lo=float("nan"), hi=float("nan"))
                 table.setdefault(g, {})[k] = {**fr, "calls": float(np.mean([e["calls"] for e in es])),
                                               "oracle_calls": float(np.mean([e["calls"] for e in o])),
                                               "fixed_calls": float(np.mean([e["calls"] for e in f]))}

@@ -328,3 +328,8 @@ def test_oracle_gap_per_group_is_the_gap_fraction_on_each_groups_questions():
     assert "## Oracle-gap fraction by chain_kind" in md
     unseen_row = next(line for line in md.splitlines() if line.startswith("| unseen"))
     assert "0.50 [" in unseen_row and unseen_row.rstrip(" |").endswith("/ 1.50")
+    assert "– (gap 0.000) / 0.50" in next(line for line in md.splitlines() if line.startswith("| conflicting"))
+    # a gap too small to divide by (the ceiling 0.01 above the fixed trigger): no fraction, the gap said instead
+    results["oracle"]["episodes"][2]["reward"] = 0.52
+    tiny = _gap_breakdowns(cfg, runner, results, ["learned"], "fixed", "oracle")["by chain_kind"]["conflicting"]
+    assert np.isnan(tiny["learned"]["fraction"]) and tiny["learned"]["gap"] == pytest.approx(0.01)
