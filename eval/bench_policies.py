@@ -109,7 +109,11 @@ def _run_bench(cfg: BenchConfig, components=None) -> dict[str, Any]:
         from eval.bench import parallel
 
         helpers = parallel.start_helpers(cfg, cfg.methods)
-        parallel.run_claimed(ctx, parallel.shareable(cfg.methods), cfg.out_dir, "bench")
+        try:
+            parallel.run_claimed(ctx, parallel.shareable(cfg.methods), cfg.out_dir, "bench")
+        except BaseException:  # Ctrl-C or a crash: the helpers stop too (a rerun resumes from the files)
+            parallel.stop_helpers(helpers, cfg.out_dir)
+            raise
         parallel.join_helpers(helpers, cfg.out_dir)
         ctx.results.clear()
         ctx.calib.clear()

@@ -46,7 +46,10 @@ def test_quickstart_trains_benchmarks_and_reports(tmp_path):
     assert "Oracle-gap fraction per chain kind" in report and "| chain kind | n | oracle calls |" in report
     s = json.loads((out / "bench" / "summary.json").read_text())
     assert s["methods"]["CoT"]["calls"] == 0.0 and s["methods"]["IRCoT"]["calls"] > 1.0  # as published
-    assert s["methods"]["FLARE"]["query_mode"] == "masked:0.4" and s["methods"]["IRCoT"]["k"] == 2
+    flare = s["methods"]["FLARE"]  # masked queries, unless 10 dev questions chose its never-fire point (no query)
+    assert flare["query_mode"] == (None if flare["threshold"] == "never" else "masked:0.4")
+    sweep = s["calibration"]["FLARE"]["sweep"]  # every threshold of its sweep queried with the masked step
+    assert {r["mode"] for r in sweep if r["threshold"] != "never"} == {"masked:0.4"} and s["methods"]["IRCoT"]["k"] == 2
     assert not s["skipped"] and s["methods"]["DRAGIN[step-level]"]["query_mode"] == "qfs"  # its env's default mode
     by_kind = s["oracle_gap_by"]["by chain_kind"]
     assert sum(g["learned[QueryGen](λ=0.1)"]["n"] for g in by_kind.values()) == 16

@@ -305,3 +305,12 @@ def run_dagger(cfg: EnvConfig, opts: WarmStartOptions, out: Path, model_config: 
              "%.3f (accuracy %.3f, %.2f calls); %.0f s", opts.rounds, summary["decisions"], final["reward"],
              final["accuracy"], final["calls"], summary["seconds"])
     return path
+
+
+def _register() -> None:
+    from train.warmstart import KIND_RUNNERS
+
+    KIND_RUNNERS["dagger"] = run_dagger
+
+
+_register()

@@ -253,6 +253,7 @@ def warm_start(algo, path: str, env_config: Any = None) -> None:
 def run_warmstart_of(cfg: TrainConfig, show_progress: bool = True) -> Path:
     """The run's supervised warm start (``cfg.warmstart``): counterfactual labels of the training env's questions
     at the curriculum's final λ, the policy fitted with the run's model options; ``<out_dir>/warmstart``."""
+    from train import dagger  # noqa: F401 — registers warm-start kind "dagger" with train.warmstart
     from train.warmstart import run_warmstart
 
     env = cfg.kairos_env  # the run's env (its preset applied on load), as the env runners build it

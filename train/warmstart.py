@@ -55,6 +55,9 @@ log = logging.getLogger(__name__)
 
 #: ``WarmStartOptions.kind``: how the decisions to fit are chosen and labelled
 WARMSTART_KINDS = ("counterfactual", "dagger")
+#: the runner of each warm-start kind but 'counterfactual' (this module's own), registered by the module that
+#: implements it — train.dagger registers 'dagger' on import (it imports this module, so this one may not import it)
+KIND_RUNNERS: dict[str, Any] = {}
 
 
 @dataclass
@@ -446,11 +449,13 @@ def run_warmstart(env_config: EnvConfig, opts: WarmStartOptions, out_dir: str | 
     done = finished_warmstart(out, cfg, opts)
     if done is not None:
         return done
-    if opts.kind == "dagger":
-        from train.dagger import run_dagger
-
-        return run_dagger(cfg, opts, out, model_config, lam=opts.lam if opts.lam is not None else lam, seed=seed,
-                          progress=progress)
+    if opts.kind != "counterfactual":  # another kind's runner, registered by its module (train.dagger: 'dagger')
+        runner = KIND_RUNNERS.get(opts.kind)
+        if runner is None:
+            raise ConfigError(f"WarmStartOptions.kind '{opts.kind}': no runner registered; import its module first "
+                              "(kind 'dagger': import train.dagger — python -m train does)")
+        return runner(cfg, opts, out, model_config, lam=opts.lam if opts.lam is not None else lam, seed=seed,
+                      progress=progress)
     t0 = time.perf_counter()
     lam = opts.lam if opts.lam is not None else lam
     comps = build_components(cfg)

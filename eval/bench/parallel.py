@@ -103,7 +103,8 @@ def start_helpers(cfg: BenchConfig, methods: list[MethodSpec]) -> list[mp.Proces
         return []
     ctx = mp.get_context("spawn")  # a fresh interpreter: no torch / SQLite state inherited
     procs = [ctx.Process(target=_helper, args=(cfg.to_dict(), f"{cfg.out_dir}/config.json", names, i + 1),
-                         name=f"kairos-bench-helper-{i + 1}", daemon=True) for i in range(cfg.workers - 1)]
+                         name=f"kairos-bench-helper-{i + 1}") for i in range(cfg.workers - 1)]
+    # not daemonic: a helper may start processes of its own (vLLM's engine core); stop_helpers ends them on error
     for p in procs:
         p.start()
     log.info("bench %s: %d helper process(es) share the methods (workers: %d)", cfg.name, len(procs), cfg.workers)
@@ -116,4 +117,13 @@ def join_helpers(procs: list[mp.Process], out_dir: str | Path) -> None:
         p.join()
         if p.exitcode:
             log.warning("%s exited with code %s; the benchmark runs what it left", p.name, p.exitcode)
+    shutil.rmtree(claims_dir(out_dir), ignore_errors=True)
+
+
+def stop_helpers(procs: list[mp.Process], out_dir: str | Path) -> None:
+    """End the helpers now (the benchmark itself failed or was interrupted); their finished rows stay on disk."""
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+        p.join(timeout=30)
     shutil.rmtree(claims_dir(out_dir), ignore_errors=True)
