@@ -149,10 +149,7 @@ def _blocks(summary: Mapping[str, Any], plot_keys: Sequence[str]) -> list[tuple[
         out.append(("p", "Non-dominated methods (fewer calls, higher accuracy), by increasing calls: "
                          + " → ".join(front) + "."))
 
-    for bname, groups in (summary.get("breakdowns") or {}).items():
-        if not isinstance(groups, Mapping) or not groups:
-            continue
-        names = list(dict.fromkeys(n for g in groups.values() if isinstance(g, Mapping) for n in g))
+    for bname, groups, names in _group_tables(summary, "breakdowns"):
         out.append(("h", 2, f"Breakdown {bname}"))
         rows = []
         for gname, g in groups.items():
@@ -167,10 +164,7 @@ def _blocks(summary: Mapping[str, Any], plot_keys: Sequence[str]) -> list[tuple[
         out.append(("table", ["group", "n"] + names, rows, set(range(1, len(names) + 2))))
         out.append(("p", "Cells: accuracy / retrieval calls per question."))
 
-    for bname, groups in (summary.get("oracle_gap_by") or {}).items():
-        if not isinstance(groups, Mapping) or not groups:
-            continue
-        names = list(dict.fromkeys(n for g in groups.values() if isinstance(g, Mapping) for n in g))
+    for bname, groups, names in _group_tables(summary, "oracle_gap_by"):
         out.append(("h", 2, f"Oracle-gap fraction {bname}"))
         rows = []
         for gname, g in groups.items():
@@ -198,6 +192,14 @@ def _blocks(summary: Mapping[str, Any], plot_keys: Sequence[str]) -> list[tuple[
         out.append(("h", 2, "Notes"))
         out.append(("ul", notes))
     return out
+
+
+def _group_tables(summary: Mapping[str, Any], key: str):
+    """``(table name, {group: {method: cells}}, the methods in order)`` of each non-empty per-group table under
+    ``summary[key]`` (``breakdowns``, ``oracle_gap_by``)."""
+    for bname, groups in (summary.get(key) or {}).items():
+        if isinstance(groups, Mapping) and groups:
+            yield bname, groups, list(dict.fromkeys(n for g in groups.values() if isinstance(g, Mapping) for n in g))
 
 
 def _md_cell(s: str) -> str:
