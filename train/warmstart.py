@@ -13,8 +13,9 @@ that decision. For each training question this module, top to bottom:
    a decision that changes nothing but the cost weighs λ, one that flips the answer weighs 1 ± λ). The greedy
    policy of this classifier is one exact policy-improvement step over π₀ on the states π₀ visits;
    With QueryGen actions (``env_config.querygen``), the retrieve branch is run once per query mode: ``ΔR_k`` is
-   the best mode's, and the mode head's target is the mode with the highest branch reward (ties: the earlier mode
-   of ``query_modes``), weighted by the spread of the modes' rewards (zero where the mode changes nothing);
+   the best mode's, and the mode head's target is the mode with the highest branch reward (ties: the mode with the
+   higher mean branch reward where retrieving pays, :func:`mode_targets`), weighted by the spread of the modes'
+   rewards (zero where the mode changes nothing);
 4. fits the policy network itself (the same :class:`policies.rl.net.PolicyNet` the RLModule wraps, so REINFORCE
    continues from it): the content PCA (only with ``model.content_dim > 0``) and the input statistics on the
    labelled observations, then weighted BCE on the
@@ -336,6 +337,30 @@ def decision_gain(p_retrieve: np.ndarray, data: dict[str, Any], idx: np.ndarray,
     return float(gain.sum() / max(1, len(np.unique(data["question"][idx]))))
 
 
+def mode_targets(delta_modes: np.ndarray, y: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The mode head's target and weight per labelled decision: the best mode's index, weighted by the spread of
+    the modes' values there (0 where every mode ties). Where several modes tie for best, the one with the higher
+    mean value over the decisions where retrieving pays (``y > 0``; all decisions without ``y``) is the target —
+    not the first listed, which would hand every tie to the head's first mode (a generator tied with ``info_need``
+    at most decisions and better on average was learned as ``info_need``). Ties of the means: list order.
+
+    Example:
+        >>> dm = np.array([[0.9, 0.9, 0.9], [0.9, 0.0, 0.9], [0.0, 0.0, 0.9], [0.9, 0.0, 0.9], [0.9, 0.0, 0.5]])
+        >>> target, weight = mode_targets(dm)  # mode 2 ties mode 0 at rows 0, 1, 3 and is better on average
+        >>> target.tolist(), [round(float(x), 2) for x in weight]
+        ([2, 2, 2, 2, 0], [0.0, 0.9, 0.9, 0.9, 0.9])
+    """
+    dm = np.asarray(delta_modes, dtype=np.float64)
+    pays = dm if y is None or not np.any(np.asarray(y) > 0) else dm[np.asarray(y) > 0]
+    mean = pays.mean(axis=0)
+    rank = np.empty(len(mean), dtype=np.float64)  # 0 = the highest mean; stable: equal means keep list order
+    rank[np.argsort(-mean, kind="stable")] = np.arange(len(mean))
+    best = dm >= dm.max(axis=1, keepdims=True) - 1e-12
+    target = np.where(best, rank[None, :], np.inf).argmin(axis=1)
+    weight = (dm.max(axis=1) - dm.min(axis=1)).astype(np.float32)
+    return target.astype(np.int64), weight
+
+
 def fit_policy(data: dict[str, Any], spec, opts: WarmStartOptions, seed: int = 0):
     """The warm-started :class:`PolicyNet` and its fitting log (see the module docstring, item 4)."""
     import torch
@@ -362,8 +387,7 @@ def fit_policy(data: dict[str, Any], spec, opts: WarmStartOptions, seed: int = 0
         raise ValueError(f"fit_policy: the labels have {1 if dm is None else dm.shape[1]} query mode(s), the policy's "
                          f"query head {spec.n_modes} (label and train with the same env querygen / query_modes)")
     if with_modes:  # the mode head: the best mode's index, weighted by how much the mode matters there
-        mode_y = torch.as_tensor(dm.argmax(axis=1))
-        mode_w = torch.as_tensor((dm.max(axis=1) - dm.min(axis=1)).astype(np.float32))
+        mode_y, mode_w = (torch.as_tensor(a) for a in mode_targets(dm, data["y"]))
     opt = torch.optim.AdamW(net.parameters(), lr=opts.lr, weight_decay=opts.weight_decay)
     best = (-np.inf, None, -1)
     history = []
@@ -476,8 +500,10 @@ def run_warmstart(env_config: EnvConfig, opts: WarmStartOptions, out_dir: str | 
                "seconds": round(time.perf_counter() - t0, 1), **fit}
     if len(data["modes"]) > 1:  # QueryGen: how often each mode is the best retrieve branch where retrieving pays
         dm = data["delta_modes"][data["y"] > 0]
-        summary["best_mode_where_retrieval_pays"] = {m: int((dm.argmax(axis=1) == i).sum())
-                                                     for i, m in enumerate(data["modes"])}
+        target = mode_targets(dm)[0]  # the mode head's targets (ties: the mode with the higher mean value)
+        summary["best_mode_where_retrieval_pays"] = {m: int((target == i).sum()) for i, m in enumerate(data["modes"])}
+        summary["tied_for_best_where_retrieval_pays"] = {
+            m: int((dm[:, i] >= dm.max(axis=1) - 1e-12).sum()) for i, m in enumerate(data["modes"])}
         summary["positives_by_mode"] = {m: int((dm[:, i] > 0).sum()) for i, m in enumerate(data["modes"])}
     write_json(out / "summary.json", summary)
     log.info("warm start: %d decisions of %d questions (%d positive), val gain over π₀ %+.4f reward/question "

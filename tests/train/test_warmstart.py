@@ -206,3 +206,22 @@ def test_training_run_starts_from_the_warm_start(tmp_path):
     torch.testing.assert_close(out.red_proj_step_embedding, ws.red_proj_step_embedding)
     # lr ~ 0: the trained policy is still the warm start
     torch.testing.assert_close(out.retrieve_head.weight, ws.retrieve_head.weight, atol=1e-5, rtol=0)
+
+
+def test_mode_targets_break_ties_by_the_modes_mean_value_where_retrieval_pays():
+    """A tie between modes goes to the mode with the higher mean value over the decisions where retrieving pays —
+    not to the first listed (a generator tied with info_need at most decisions was learned as info_need)."""
+    import numpy as np
+
+    from train.warmstart import mode_targets
+
+    dm = np.array([[0.9, 0.9], [0.9, 0.9], [0.0, 0.9], [-0.1, -0.1], [-0.1, 0.5]])
+    y = np.array([1, 1, 1, 0, 1])
+    target, weight = mode_targets(dm, y)
+    assert target.tolist() == [1, 1, 1, 1, 1]  # mode 1's mean where it pays: 0.8 > 0.45
+    assert weight.tolist() == pytest.approx([0.0, 0.0, 0.9, 0.0, 0.6])
+    # the first mode ahead on average keeps the ties (the 2-mode main recipe's labels: unchanged)
+    target, _ = mode_targets(dm[:, ::-1], y)
+    assert target.tolist() == [0, 0, 0, 0, 0]
+    # without y every decision counts; equal means keep the list order
+    assert mode_targets(np.array([[0.5, 0.5], [0.5, 0.5]]))[0].tolist() == [0, 0]
