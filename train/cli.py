@@ -16,6 +16,9 @@ import json
 import logging
 import sys
 
+#: what the final ``done:`` log line reports of a run's summary (every path of ``train.run.train`` writes them)
+DONE_KEYS = ("iteration", "wall_seconds", "driver_peak_rss_mb", "policy_dir")
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from train.config import TrainConfig
@@ -81,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     summary = train(cfg, resume=args.resume, stop_after=args.stop_after, show_progress=not args.no_progress)
     logging.getLogger("kairos.train").info("done: %s", json.dumps(
-        {k: summary[k] for k in ("iteration", "wall_seconds", "driver_peak_rss_mb", "policy_dir")}))
+        {k: summary[k] for k in DONE_KEYS}))
     return 0
 
 

@@ -316,11 +316,14 @@ def _train(cfg: TrainConfig, resume: bool, stop_after: int | None, show_progress
     if cfg.warmstart.enabled and not (resume and list_checkpoints(ckpt_dir)):
         warm = str(run_warmstart_of(cfg, show_progress))  # on the driver, before Ray starts
     if cfg.iterations == 0:  # no REINFORCE (and no Ray): the warm start is the run's policy
+        import resource
+
         from policies.rl.export import load_policy
 
         summary = {"iteration": 0, "resumed_from": None, "first_iteration": 0, "final_metrics": {},
                    "policy_dir": str(_export_net(load_policy(warm)[0], cfg, out, 0)),
-                   "wall_seconds": time.perf_counter() - t_start}
+                   "wall_seconds": time.perf_counter() - t_start,
+                   "driver_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
         if cfg.eval_questions > 0 and cfg.env == "microworld":
             summary["dev_eval"] = _dev_eval(cfg, out)
         write_json(out / "summary.json", summary)

@@ -126,13 +126,17 @@ def test_labels_from_worker_processes_equal_the_one_process_labels(tmp_path):
     assert one["reward"] == pytest.approx(two["reward"]) and one["visited"] == two["visited"]
 
 
-def test_training_run_with_zero_iterations_exports_the_dagger_warm_start(tmp_path):
-    """``iterations: 0``: the warm start is the run's policy (no REINFORCE, no Ray)."""
+def test_training_run_with_zero_iterations_exports_the_dagger_warm_start(tmp_path, capsys):
+    """``iterations: 0``: the warm start is the run's policy (no REINFORCE, no Ray) — through ``python -m train``'s
+    own entry point, whose final line reads the run's summary (it once failed there after a finished warm start)."""
+    import json
+
     import torch
+    import yaml
 
     from policies.rl.export import load_policy
+    from train.cli import DONE_KEYS, main
     from train.config import TrainConfig
-    from train.run import train
 
     cfg = TrainConfig.from_dict({
         "out_dir": str(tmp_path / "run"), "iterations": 0, "env": "microworld",
@@ -140,7 +144,10 @@ def test_training_run_with_zero_iterations_exports_the_dagger_warm_start(tmp_pat
         "model": {"d_model": 16, "ff_dim": 32, "arch": "mlp", "content_dim": 0},
         "warmstart": {"enabled": True, "kind": "dagger", "rounds": 1, "questions": 4, "epochs": 2, "batch_envs": 4},
         "curriculum": {"retrieval_calls": {"kind": "constant", "start": 0.1, "end": 0.1}}})
-    summary = train(cfg, show_progress=False)
+    (tmp_path / "train.yaml").write_text(yaml.safe_dump(cfg.to_dict()))
+    assert main(["--config", str(tmp_path / "train.yaml"), "--no-progress"]) == 0, capsys.readouterr().err
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert set(DONE_KEYS) <= summary.keys()
     assert summary["iteration"] == 0 and not (tmp_path / "run" / "checkpoints").exists()
     ws, _ = load_policy(tmp_path / "run" / "warmstart" / "policy")
     for name in ("policy", "policy_trigger"):
