@@ -316,14 +316,12 @@ def _train(cfg: TrainConfig, resume: bool, stop_after: int | None, show_progress
     if cfg.warmstart.enabled and not (resume and list_checkpoints(ckpt_dir)):
         warm = str(run_warmstart_of(cfg, show_progress))  # on the driver, before Ray starts
     if cfg.iterations == 0:  # no REINFORCE (and no Ray): the warm start is the run's policy
-        import resource
-
         from policies.rl.export import load_policy
 
         summary = {"iteration": 0, "resumed_from": None, "first_iteration": 0, "final_metrics": {},
                    "policy_dir": str(_export_net(load_policy(warm)[0], cfg, out, 0)),
                    "wall_seconds": time.perf_counter() - t_start,
-                   "driver_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+                   "driver_peak_rss_mb": _peak_rss_mb()}
         if cfg.eval_questions > 0 and cfg.env == "microworld":
             summary["dev_eval"] = _dev_eval(cfg, out)
         write_json(out / "summary.json", summary)
@@ -526,15 +524,20 @@ def _export_net(net, cfg: TrainConfig, out: Path, iteration: int) -> Path:
     return policy_dir
 
 
+def _peak_rss_mb() -> float:
+    """The driver process's peak resident memory so far, in MB (every run's summary reports it)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def _summary(algo, services: dict, restored: Path | None, first: int, t_start: float, last: dict[str, float],
              policy_dir: Path) -> dict[str, Any]:
     """What ``summary.json`` says about the run (with the services' placement and counters when it had some)."""
-    import resource
-
     summary = {
         "iteration": algo.iteration, "resumed_from": str(restored) if restored else None,
         "first_iteration": first, "wall_seconds": time.perf_counter() - t_start,
-        "driver_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "driver_peak_rss_mb": _peak_rss_mb(),
         "final_metrics": last, "policy_dir": str(policy_dir),
     }
     if "reasoner_service" in services:
