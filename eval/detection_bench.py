@@ -79,6 +79,7 @@ from eval.detection_data import (
     load_datasets,
     make_split,
     named_intervals,
+    pulse_poolings,
     shifted_test_steps,
     split_detectors,
     training_free_scores,
@@ -114,13 +115,14 @@ def fit_and_score(split: SplitData, cfg: DetectionBenchConfig, model_id: str, pr
     fixed = None if cfg.layers == "chosen" else tuple(int(x) for x in cfg.layers.split(","))
     detectors = split_detectors(s)
     proxies = tuple(p for p in PROXIES if p in detectors)  # RSUS's U_verb proxies (eval.detection_rsus)
-    n_fits = 3 + (len(candidates) if search else 0) + (2 if cfg.ablations else 0) \
+    other_poolings = [p for p in pulse_poolings(s) if p != cfg.pulse_pooling] if cfg.ablations else []
+    n_fits = 3 + (len(candidates) if search else 0) + (2 if cfg.ablations else 0) + len(other_poolings) \
         + int(fixed is not None and (not search or fixed not in candidates)) + len(proxies)
     task = progress.add_task(f"{SPLIT_LABELS[s.name]}: probes{s.info.get('fold_label', '')}", total=n_fits)
     fits: dict[str, dict[str, Any]] = {}
 
-    def run_fit(key: str, kind: str, layers=None, parts="both") -> dict[str, Any]:
-        fits[key] = fitter.fit(kind, layers, parts)
+    def run_fit(key: str, kind: str, layers=None, parts="both", pooling=None) -> dict[str, Any]:
+        fits[key] = fitter.fit(kind, layers, parts, pooling)
         progress.advance(task)
         return fits[key]
 
@@ -142,6 +144,8 @@ def fit_and_score(split: SplitData, cfg: DetectionBenchConfig, model_id: str, pr
     if cfg.ablations:
         for parts in ("magnitude", "angle"):
             run_fit(f"pulse:{parts}", "pulse", main_iv, parts)
+        for pooling in other_poolings:  # the step's pooling (arXiv 2605.18549: max-pooling decisive there)
+            run_fit(f"pulse:pool={pooling}", "pulse", main_iv, pooling=pooling)
 
     # scores (oriented: higher = error) and thresholds (train part / validation only)
     free_tr, free_te = training_free_scores(s.train), training_free_scores(s.test)
@@ -170,7 +174,8 @@ def fit_and_score(split: SplitData, cfg: DetectionBenchConfig, model_id: str, pr
             t = youden_threshold(y_tr, sign * free_tr[name])
             thresholds[name] = {"oriented": t, "native": sign * t, "rule": "Youden's J on the train part"}
     return {"y": y_te, "scores": scores, "thresholds": thresholds, "fits": fits, "intervals": intervals,
-            "chosen": chosen, "main_iv": main_iv, "named": named, "fixed": fixed}
+            "chosen": chosen, "main_iv": main_iv, "named": named, "fixed": fixed, "pooling": cfg.pulse_pooling,
+            "other_poolings": other_poolings}
 
 
 def evaluate_split(split: SplitData, cfg: DetectionBenchConfig, model_id: str, progress) -> dict[str, Any]:

@@ -82,6 +82,9 @@ class DetectionBenchConfig(ConfigBase):
                                "tested once); 1 = one held-out part of benefit_test_frac")
     benefit_batch: int = helpf(8, "split 'hotpotqa': questions regenerated together for the hidden states")
     layers: str = helpf("chosen", "PUlSE layer interval 'a,b', or 'chosen' (best validation AUROC)")
+    pulse_pooling: str = helpf("mean", "PUlSE probe's pooling over a step's tokens: mean | last (pooled hidden states, "
+                               "then PUlSE) | max | token_mean (each token's PUlSE features pooled: the shipped "
+                               "probe's); the ablations fit the others too")
     interval_search: str = helpf("all", "intervals tried for 'chosen': all (every [a,b]) | named "
                                  "(early, middle, late, whole, design default)")
     ablations: bool = helpf(True, "PUlSE ablations (parts, layer intervals)")
@@ -109,6 +112,11 @@ class DetectionBenchConfig(ConfigBase):
                 raise ConfigError(f"DetectionBenchConfig: unknown split '{s}' (valid: {', '.join(SPLITS)})")
         if self.interval_search not in ("all", "named"):
             raise ConfigError(f"DetectionBenchConfig: interval_search must be all | named, got '{self.interval_search}'")
+        from agents.signals.hidden import PULSE_POOLINGS
+
+        if self.pulse_pooling not in PULSE_POOLINGS:
+            raise ConfigError(f"DetectionBenchConfig: pulse_pooling must be one of {', '.join(PULSE_POOLINGS)}, got "
+                              f"'{self.pulse_pooling}'")
         if self.layers != "chosen":
             from policies.probes.pipeline import parse_layers
 
@@ -145,6 +153,15 @@ class SplitData:
     fit_idx: np.ndarray
     val_idx: np.ndarray
     info: dict[str, Any]
+
+
+def pulse_poolings(split: SplitData) -> list[str]:
+    """The PUlSE poolings a split's steps allow: ``mean`` and ``last`` (pooled hidden states) always, ``max`` and
+    ``token_mean`` where both parts recorded each token's transitions (the ``pulse_<pooling>`` step columns)."""
+    from agents.signals.hidden import PULSE_POOLINGS
+
+    return [p for p in PULSE_POOLINGS if p in ("mean", "last")
+            or all(f"pulse_{p}" in ds.extras for ds in (split.train, split.test))]
 
 
 def split_detectors(split: SplitData) -> list[str]:
@@ -295,12 +312,13 @@ class ProbeFitter:
     def __init__(self, split: SplitData, cfg: DetectionBenchConfig, model_id: str):
         self.s, self.cfg, self.model_id = split, cfg, model_id
 
-    def features(self, kind: str, ds, layers: tuple[int, int] | None = None, parts: str = "both"):
+    def features(self, kind: str, ds, layers: tuple[int, int] | None = None, parts: str = "both",
+                 pooling: str | None = None):
         from policies.probes.probe import FeatureSpec
 
-        if kind == "pulse":
-            spec = FeatureSpec("pulse", layers=layers, pooling="mean", parts=parts)
-            return spec, spec.compute(hidden_mean=ds.hidden_mean)
+        if kind == "pulse":  # pooling: the config's unless an ablation names another
+            spec = FeatureSpec("pulse", layers=layers, pooling=pooling or self.cfg.pulse_pooling, parts=parts)
+            return spec, ds.features(spec)
         if kind == "reprobe":
             spec = FeatureSpec("reprobe", pooling="last")
             return spec, spec.compute(hidden_last=ds.hidden_last)
@@ -316,11 +334,12 @@ class ProbeFitter:
                 np.stack([ds.step_index.astype(np.float32), length], axis=1)
         raise ValueError(f"unknown probe '{kind}'")
 
-    def fit(self, kind: str, layers: tuple[int, int] | None = None, parts: str = "both") -> dict[str, Any]:
+    def fit(self, kind: str, layers: tuple[int, int] | None = None, parts: str = "both",
+            pooling: str | None = None) -> dict[str, Any]:
         from policies.probes.probe import FitConfig, default_arch, fit_probe
 
-        spec, X = self.features(kind, self.s.train, layers, parts)
-        _, Xt = self.features(kind, self.s.test, layers, parts)
+        spec, X = self.features(kind, self.s.train, layers, parts, pooling)
+        _, Xt = self.features(kind, self.s.test, layers, parts, pooling)
         if kind == "reprobe":
             arch = default_arch(spec, X.shape[1], tuple(self.s.train.hidden_last.shape[1:]))
         else:

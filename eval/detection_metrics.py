@@ -48,6 +48,7 @@ def report_split(name: str, info: dict[str, Any], test, parts: list[dict[str, An
                                 else [list(p["chosen"]) if p["chosen"] else None for p in parts],
                                 "used": used[0] if len(parts) == 1 else used,
                                 "rule": "best validation AUROC" if p0["fixed"] is None else "fixed by --layers"},
+            "pulse_pooling": p0.get("pooling", "mean"),
             "hedging": _hedging(test, y_te, scores), "roc": roc}
 
 
@@ -128,6 +129,10 @@ def _ablations(parts: list[dict[str, Any]], y_te: np.ndarray, boots: list) -> di
     rows[f"parts magnitude only {iv_txt}"] = "pulse:magnitude"
     rows[f"parts angle only {iv_txt}"] = "pulse:angle"
     rows[f"parts both {iv_txt}"] = "pulse"
+    if any(p.get("other_poolings") for p in parts):  # the step's pooling over its tokens, at the same interval
+        rows[f"pooling {p0['pooling']} {iv_txt}"] = "pulse"
+        for pooling in p0["other_poolings"]:
+            rows[f"pooling {pooling} {iv_txt}"] = f"pulse:pool={pooling}"
     ablations: dict[str, Any] = {}
     for label, k in rows.items():
         pr = _pooled(parts, k)

@@ -140,7 +140,8 @@ def _md_splits(result: dict[str, Any]) -> list[str]:
                      f"(fit {i['fit_steps']}, validation {i['val_steps']}, {i['val_split']}), test "
                      f"{i['test_steps']} steps of {i['test_questions']} questions "
                      f"({100 * i['test_error_rate']:.1f}% errors: {i['test_kinds']}){extra}. PUlSE interval "
-                     f"{sp['interval_search']['used']} ({sp['interval_search']['rule']}).")
+                     f"{sp['interval_search']['used']} ({sp['interval_search']['rule']}), pooling "
+                     f"{sp.get('pulse_pooling', 'mean')}.")
     return parts
 
 
@@ -222,8 +223,10 @@ def _md_ablations(result: dict[str, Any]) -> list[str]:
                      _f(a["test_pr_auc"])])
         rows.append(row)
     return ["## PUlSE ablations (chosen on validation, reported on test)", "", markdown_table(headers, rows), "",
-            "Variant labels name the split's own intervals; 'parts' rows use the interval in use for that "
-            "split. Every candidate interval's validation and test AUROC is in the JSON (`interval_search`).", ""]
+            "Variant labels name the split's own intervals; 'parts' and 'pooling' rows use the interval in use for "
+            "that split ('pooling' over the step's tokens: mean / last = PUlSE of the mean-pooled / last-token "
+            "states; max / token_mean = each token's PUlSE features pooled; arXiv 2605.18549 finds max decisive). "
+            "Every candidate interval's validation and test AUROC is in the JSON (`interval_search`).", ""]
 
 
 def _md_hedging(result: dict[str, Any]) -> list[str]:

@@ -32,12 +32,16 @@ def _synthetic(qs, people, seed):
     output = np.stack([ppl, maxprob, entropy, minprob], axis=1).astype(np.float32)
     subjects = np.array([q.head if i % 2 == 0 else people[rng.integers(len(people))]
                          for q in qs for i in range(2)])
+    # each token's PUlSE transitions pooled over the step (the dataset's pulse_max / pulse_token_mean columns, [N, 2, L])
+    mag = np.linalg.norm(np.diff(h, axis=1), axis=2)
+    tok = np.stack([mag, rng.uniform(0, 1, mag.shape)], axis=1).astype(np.float32)
     return StepDataset(
         hidden_mean=h, hidden_last=h, output=output, labels=y, label_names=np.where(y == 1, "wrong", "correct"),
         error_kinds=kinds, question_ids=np.repeat([q.id for q in qs], 2), subjects=subjects,
         relations=np.repeat([q.path[0] for q in qs], 2), step_index=np.tile([1, 2], len(qs)).astype(np.int16),
         hops=np.repeat([q.hops for q in qs], 2).astype(np.int8), question_correct=np.zeros(n, bool),
-        contents=np.array(["A 's mother is B ."] * n), meta={"synthetic": True, "n_questions": len(qs)})
+        contents=np.array(["A 's mother is B ."] * n), meta={"synthetic": True, "n_questions": len(qs)},
+        extras={"pulse_max": 1.5 * tok, "pulse_token_mean": tok})
 
 
 @pytest.fixture
@@ -87,8 +91,12 @@ def test_end_to_end_outputs_metrics_and_cis(tiny_world, seeded_cache, tmp_path, 
         assert sp["by_error_kind"]["mislearned"]["detectors"]["minprob"]["auroc"] < 0.75
         assert sp["hedging"]["n_hedging_steps"] == 0 and "no step matches" in sp["hedging"]["note"]
         for prefix in ("interval early", "interval whole", "interval chosen on validation", "parts magnitude only",
-                       "parts angle only", "parts both"):
+                       "parts angle only", "parts both", "pooling mean", "pooling last", "pooling max",
+                       "pooling token_mean"):
             assert any(k.startswith(prefix) for k in sp["ablations"]), prefix
+        # the PUlSE row is the config's pooling (mean): the same scores as its 'pooling mean' ablation row
+        pool_mean = next(v for k, v in sp["ablations"].items() if k.startswith("pooling mean"))
+        assert sp["pulse_pooling"] == "mean" and pool_mean["test_auroc"] == pytest.approx(sp["detectors"]["pulse"]["auroc"])
         assert sp["interval_search"]["used"] == sp["interval_search"]["chosen"]
     ent = res["splits"]["entity"]["info"]
     assert ent["held_out_subjects"] and ent["test_steps"] < res["data"]["test"]["steps"]
@@ -160,6 +168,8 @@ def test_unknown_split_api_refusal_and_help(tmp_path, capsys):
 
     assert main(["bench", "detection", "--split", "entiti", "--out", str(tmp_path / "o")]) == 2
     assert "unknown split 'entiti'" in capsys.readouterr().err
+    assert main(["bench", "detection", "--pulse-pooling", "maxx", "--out", str(tmp_path / "o")]) == 2
+    assert "pulse_pooling must be one of mean, last, max, token_mean, got 'maxx'" in capsys.readouterr().err
 
 
 def test_shifted_split_needs_its_artifact_and_the_same_lm_shape(tmp_path, tiny_world):
