@@ -160,9 +160,12 @@ def _pulse_step_rows():
 
     repo = Path(__file__).resolve().parents[2]
     rows = []
+    import yaml
+
     for path in sorted((repo / "configs").glob("bench_microworld*.yaml")):
-        if path.name == "bench_microworld_rsus.yaml":  # needs a fitted weight set under runs/; no PUlSE row
-            continue
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        if not any(m.get("signal") == "pulse_prob" for m in raw.get("methods") or []):
+            continue  # no PUlSE row (some such configs need outputs under runs/ to load: RSUS weights, a U_verb proxy)
         cfg = load_config(str(path))
         rows += [(path.name, m.name, bench_env_config(cfg, m).probes["pulse_prob"]) for m in cfg.methods
                  if getattr(m, "signal", None) == "pulse_prob"]
