@@ -159,8 +159,9 @@ def pulse_poolings(split: SplitData) -> list[str]:
     """The PUlSE poolings a split's steps allow: ``mean`` and ``last`` (pooled hidden states) always, ``max`` and
     ``token_mean`` where both parts recorded each token's transitions (the ``pulse_<pooling>`` step columns)."""
     from agents.signals.hidden import PULSE_POOLINGS
+    from policies.probes.probe import FeatureSpec
 
-    return [p for p in PULSE_POOLINGS if p in ("mean", "last")
+    return [p for p in PULSE_POOLINGS if not FeatureSpec("pulse", pooling=p).per_token
             or all(f"pulse_{p}" in ds.extras for ds in (split.train, split.test))]
 
 

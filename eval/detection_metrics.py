@@ -48,7 +48,7 @@ def report_split(name: str, info: dict[str, Any], test, parts: list[dict[str, An
                                 else [list(p["chosen"]) if p["chosen"] else None for p in parts],
                                 "used": used[0] if len(parts) == 1 else used,
                                 "rule": "best validation AUROC" if p0["fixed"] is None else "fixed by --layers"},
-            "pulse_pooling": p0.get("pooling", "mean"),
+            "pulse_pooling": p0["pooling"],
             "hedging": _hedging(test, y_te, scores), "roc": roc}
 
 

@@ -156,12 +156,12 @@ def _pulse_step_rows():
     """(config, row name, probe path) of every micro-world bench row that thresholds the PUlSE probe."""
     from pathlib import Path
 
+    import yaml
+
     from eval.bench.config import bench_env_config, load_config
 
     repo = Path(__file__).resolve().parents[2]
     rows = []
-    import yaml
-
     for path in sorted((repo / "configs").glob("bench_microworld*.yaml")):
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
         if not any(m.get("signal") == "pulse_prob" for m in raw.get("methods") or []):
