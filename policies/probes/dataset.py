@@ -175,7 +175,7 @@ def dataset_cache_path(cache_dir: str | Path | None, fingerprint: str, question_
 
 def build_step_dataset(world, split: str = "train", n_questions: int | None = 2000, seed: int = 0,
                        cache_dir: str | Path | None = None, chunk: int = 128, use_cache: bool = True,
-                       reasoner=None) -> StepDataset:
+                       reasoner=None, fact_holdout: dict | None = None) -> StepDataset:
     """Labelled steps of closed-book greedy chains on ``world.questions[split]`` (cached).
 
     Args:
@@ -187,6 +187,8 @@ def build_step_dataset(world, split: str = "train", n_questions: int | None = 20
         chunk: questions generated together (bounds the KV-cache memory).
         use_cache: read an existing cache file (it is always written).
         reasoner: the step generator (default ``MicroReasoner(world)``; tests pass fakes).
+        fact_holdout: the env's fact-disjoint condition (``{"share", "seed", "keep"}``, as ``EnvConfig.fact_holdout``):
+            only the split's questions it keeps are sampled (``keep: train`` — no chain needs a held-out fact).
     """
     from agents.reasoners.micro import MicroReasoner
     from agents.signals.output import OutputGroup
@@ -194,9 +196,15 @@ def build_step_dataset(world, split: str = "train", n_questions: int | None = 20
 
     if split not in world.questions:
         raise ValueError(f"unknown question split '{split}' (valid: {', '.join(world.questions)})")
-    qs = select_questions(world.questions[split], n_questions, seed)
+    pool = world.questions[split]
+    if fact_holdout:
+        from envs.microworld.task import MicroWorldTask
+
+        pool = MicroWorldTask(world, split, fact_holdout).questions
+    qs = select_questions(pool, n_questions, seed)
     if not qs:
-        raise ValueError(f"question split '{split}' is empty")
+        raise ValueError(f"question split '{split}' is empty" + (f" under fact_holdout {fact_holdout}" if fact_holdout
+                                                                 else ""))
     fp = artifact_fingerprint(world.path)
     reasoner = reasoner if reasoner is not None else MicroReasoner(world)
     path = dataset_cache_path(cache_dir, fp, [q.id for q in qs], reasoner.max_step_tokens,

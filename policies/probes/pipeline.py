@@ -54,6 +54,10 @@ class ProbeTrainConfig(ConfigBase):
     val_frac: float = helpf(0.3, "validation share (of questions, or of steps for the entity split)")
     question_split: str = helpf("train", "artifact question split the probe is trained on")
     n_questions: int = helpf(2000, "hop-balanced questions to generate chains for (0 = all)")
+    fact_holdout: str = helpf("", "micro-world fact-disjoint condition 'share,seed' (as the env's fact_holdout "
+                                  "{share, seed}): the probe trains on questions whose chain needs none of the held-out "
+                                  "facts (keep: train) and the held-out evaluation uses those that need one (keep: "
+                                  "test) — a probe for condition (b) that never saw a held-out fact (empty: off)")
     eval_split: str = helpf("dev", "artifact question split for a held-out evaluation (empty: skip)")
     n_eval_questions: int = helpf(500, "questions of the held-out evaluation (0 = all)")
     threshold: float = helpf(0.5, "decision threshold on p(error)")
@@ -91,6 +95,26 @@ class ProbeTrainConfig(ConfigBase):
             raise ConfigError(f"ProbeTrainConfig: layers 'chosen' searches PUlSE intervals; signal is '{self.signal}'")
         if self.layers and self.layers != "chosen":
             parse_layers(self.layers)
+        if self.fact_holdout:
+            if self.benefit_labels:
+                raise ConfigError("ProbeTrainConfig: fact_holdout is a micro-world condition; leave it empty with "
+                                  "benefit_labels")
+            self.holdout("train")
+
+    def holdout(self, keep: str) -> dict | None:
+        """``fact_holdout`` as the env's ``{share, seed, keep}`` (None when off)."""
+        if not self.fact_holdout:
+            return None
+        from envs.env_config import FactHoldout
+
+        try:
+            share, seed = self.fact_holdout.replace(" ", "").split(",")
+            h = FactHoldout(share=float(share), seed=int(seed), keep=keep)
+        except ValueError as e:
+            raise ConfigError(f"ProbeTrainConfig.fact_holdout must be 'share,seed' (e.g. '0.33,0'), got "
+                              f"'{self.fact_holdout}'") from e
+        h.validate("ProbeTrainConfig.fact_holdout")
+        return h.to_dict()
 
     def fit_config(self):
         from policies.probes.probe import FitConfig
@@ -198,7 +222,8 @@ def train_probe(cfg: ProbeTrainConfig) -> tuple[Any, dict[str, Any]]:
     else:
         world = load_artifact(cfg.artifact or None)
         model_id = world_model_id(world)
-        ds = build_step_dataset(world, cfg.question_split, cfg.n_questions or None, cfg.seed, cache)
+        ds = build_step_dataset(world, cfg.question_split, cfg.n_questions or None, cfg.seed, cache,
+                                fact_holdout=cfg.holdout("train"))
     n_layers = ds.hidden_mean.shape[1] - 1
     if cfg.split == "question":
         tr, va = group_split(ds.question_ids, cfg.val_frac, cfg.seed)
@@ -237,7 +262,8 @@ def train_probe(cfg: ProbeTrainConfig) -> tuple[Any, dict[str, Any]]:
     ev = None
     if cfg.eval_split and world is not None:
         try:
-            ev = build_step_dataset(world, cfg.eval_split, cfg.n_eval_questions or None, cfg.seed, cache)
+            ev = build_step_dataset(world, cfg.eval_split, cfg.n_eval_questions or None, cfg.seed, cache,
+                                    fact_holdout=cfg.holdout("test"))
         except ValueError as e:  # e.g. an incompetent LM wrote no step with content tokens
             log.warning("held-out evaluation skipped: %s", e)
     if ev is not None:
@@ -245,7 +271,8 @@ def train_probe(cfg: ProbeTrainConfig) -> tuple[Any, dict[str, Any]]:
         # reference thresholds come from the probe's training data (no choice is made on the eval split)
         merged = _concat(ds.subset(tr), ev)
         idx = np.arange(len(tr), len(merged))
-        report["eval"] = {"split": cfg.eval_split, "steps": len(ev), **detection_report(
+        report["eval"] = {"split": cfg.eval_split, "steps": len(ev),
+                          **({"fact_holdout": cfg.holdout("test")} if cfg.fact_holdout else {}), **detection_report(
             merged, probe.predict_proba(Xe), idx, np.arange(len(tr)), cfg.threshold, cfg.n_boot, cfg.seed)}
     if ev is not None and pooling_search:  # each pooling's probe on the held-out questions: reported, not chosen on
         pooling_search["eval_auroc"] = {"split": cfg.eval_split, **{

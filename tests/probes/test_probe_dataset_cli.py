@@ -194,3 +194,28 @@ def test_pulse_interval_chosen_on_validation(tmp_path):
         probe_pulse_layers(cfg_env)
     with pytest.raises(ValueError, match="'chosen' searches PUlSE intervals"):
         ProbeTrainConfig.from_dict({"signal": "reprobe", "layers": "chosen"})
+
+
+def test_dataset_under_a_fact_holdout_samples_only_the_kept_questions(tiny_world, tmp_path):
+    from envs.core.config import ConfigError
+    from envs.microworld.task import MicroWorldTask, holdout_facts
+    from policies.probes.pipeline import ProbeTrainConfig
+
+    held = holdout_facts(tiny_world.kb, 0.33, 0)
+    train_h, test_h = ({"share": 0.33, "seed": 0, "keep": k} for k in ("train", "test"))
+    ds = build_step_dataset(tiny_world, "train", n_questions=None, cache_dir=tmp_path,
+                            reasoner=ScriptedReasoner(tiny_world), fact_holdout=train_h)
+    kept = {q.id for q in MicroWorldTask(tiny_world, "train", train_h).questions}
+    assert kept and set(ds.question_ids) <= kept
+    by_id = {q.id: q for q in tiny_world.questions["train"]}
+    for qid in set(ds.question_ids):  # no step of the probe's data comes from a chain that needs a held-out fact
+        assert not held & {f.id for f in gold_chain(tiny_world.kb, by_id[qid])}
+    ev = build_step_dataset(tiny_world, "dev", n_questions=None, cache_dir=tmp_path,
+                            reasoner=ScriptedReasoner(tiny_world), fact_holdout=test_h)
+    by_id = {q.id: q for q in tiny_world.questions["dev"]}
+    for qid in set(ev.question_ids):  # the held-out evaluation: every chain needs one
+        assert held & {f.id for f in gold_chain(tiny_world.kb, by_id[qid])}
+    assert ProbeTrainConfig(fact_holdout="0.33, 0").holdout("test") == test_h
+    for bad, match in (("0.33", "must be 'share,seed'"), ("1.5,0", r"fact_holdout.share must be in \(0, 1\)")):
+        with pytest.raises(ConfigError, match=match):
+            ProbeTrainConfig(fact_holdout=bad).validate()

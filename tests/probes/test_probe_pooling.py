@@ -158,15 +158,19 @@ def _pulse_step_rows():
 
     import yaml
 
-    from eval.bench.config import bench_env_config, load_config
+    from eval.bench.config import BenchConfig, bench_env_config
 
     repo = Path(__file__).resolve().parents[2]
     rows = []
     for path in sorted((repo / "configs").glob("bench_microworld*.yaml")):
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-        if not any(m.get("signal") == "pulse_prob" for m in raw.get("methods") or []):
-            continue  # no PUlSE row (some such configs need outputs under runs/ to load: RSUS weights, a U_verb proxy)
-        cfg = load_config(str(path))
+        # the config with its PUlSE rows and its reference row alone: other rows may need outputs under runs/ to load (RSUS weights, a
+        # U_verb proxy), which a fresh clone does not have
+        raw["methods"] = [m for m in raw.get("methods") or [] if m.get("signal") == "pulse_prob"
+                          or m.get("name") == raw.get("reference")]
+        if not any(m.get("signal") == "pulse_prob" for m in raw["methods"]):
+            continue
+        cfg = BenchConfig.from_dict(raw, where=str(path))
         rows += [(path.name, m.name, bench_env_config(cfg, m).probes["pulse_prob"]) for m in cfg.methods
                  if getattr(m, "signal", None) == "pulse_prob"]
     return rows
