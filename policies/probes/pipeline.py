@@ -274,6 +274,8 @@ def train_probe(cfg: ProbeTrainConfig) -> tuple[Any, dict[str, Any]]:
         report["eval"] = {"split": cfg.eval_split, "steps": len(ev),
                           **({"fact_holdout": cfg.holdout("test")} if cfg.fact_holdout else {}), **detection_report(
             merged, probe.predict_proba(Xe), idx, np.arange(len(tr)), cfg.threshold, cfg.n_boot, cfg.seed)}
+    if ev is not None and cfg.fact_holdout:
+        report["eval"]["by_fact"] = by_fact(world, ev, probe.predict_proba(Xe), cfg.holdout("test"))
     if ev is not None and pooling_search:  # each pooling's probe on the held-out questions: reported, not chosen on
         pooling_search["eval_auroc"] = {"split": cfg.eval_split, **{
             p: auroc_of(c["probe"], ev, make_spec(cfg.replace(pooling=p, layers=",".join(map(str, c["layers"]))),
@@ -373,6 +375,29 @@ def _concat(a, b):
     return StepDataset.concat(a, b)
 
 
+def by_fact(world, ds, probe_scores: np.ndarray, fact_holdout: dict) -> dict[str, Any]:
+    """AUROC of the probe and the references on a fact-disjoint evaluation's steps, split by whether the step's gold
+    fact is held out (never stated by a training chain) or was seen: a test question needs at least one held-out
+    fact, but its other steps may state facts the probe trained on."""
+    from envs.core.microworld.questions import gold_chain
+    from envs.microworld.task import holdout_facts
+    from policies.probes.metrics import auroc
+
+    held = holdout_facts(world.kb, float(fact_holdout["share"]), int(fact_holdout["seed"]))
+    qs = {q.id: q for qs in world.questions.values() for q in qs}
+    is_held = np.array([gold_chain(world.kb, qs[q])[int(i) - 1].id in held
+                        for q, i in zip(ds.question_ids, ds.step_index)], dtype=bool)
+    refs = reference_scores(ds)
+    out: dict[str, Any] = {}
+    for part, m in (("held_out", is_held), ("seen", ~is_held)):
+        y = ds.labels[m]
+        if not m.any() or y.min() == y.max():
+            continue
+        out[part] = {"n": int(m.sum()), "errors": int(y.sum()), "probe": auroc(y, probe_scores[m]),
+                     **{name: auroc(y, refs[name][m] if hi else -refs[name][m]) for name, hi in REFERENCES.items()}}
+    return out
+
+
 def format_report(report: dict[str, Any]) -> str:
     """Readable tables of a :func:`train_probe` report."""
     from io import StringIO
@@ -422,5 +447,14 @@ def format_report(report: dict[str, Any]) -> str:
                 t.add_column(c, justify="right")
             for kind, row in rep["by_error_kind"].items():
                 t.add_row(kind, str(row["n"]), *[f"{row[c]:.3f}" for c in ["probe", *REFERENCES]])
+            con.print(t)
+        if rep.get("by_fact"):
+            t = Table(title=f"AUROC by the step's fact ({part}: held out of training, or seen)")
+            t.add_column("fact")
+            t.add_column("steps (errors)", justify="right")
+            for c in ["probe", *REFERENCES]:
+                t.add_column(c, justify="right")
+            for kind, row in rep["by_fact"].items():
+                t.add_row(kind, f"{row['n']} ({row['errors']})", *[f"{row[c]:.3f}" for c in ["probe", *REFERENCES]])
             con.print(t)
     return buf.getvalue()

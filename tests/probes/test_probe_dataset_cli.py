@@ -219,3 +219,30 @@ def test_dataset_under_a_fact_holdout_samples_only_the_kept_questions(tiny_world
     for bad, match in (("0.33", "must be 'share,seed'"), ("1.5,0", r"fact_holdout.share must be in \(0, 1\)")):
         with pytest.raises(ConfigError, match=match):
             ProbeTrainConfig(fact_holdout=bad).validate()
+
+
+def test_cli_probe_train_under_a_fact_holdout_reports_held_out_and_seen_facts(tiny_world, tmp_path):
+    from envs.microworld.task import MicroWorldTask, holdout_facts
+
+    cache, out = tmp_path / "cache", tmp_path / "probe"
+    fp = artifact_fingerprint(tiny_world.path)
+    for split, n, seed, keep in (("train", 60, 0, "train"), ("dev", 20, 1, "test")):
+        pool = MicroWorldTask(tiny_world, split, {"share": 0.33, "seed": 0, "keep": keep}).questions
+        qs = select_questions(pool, n, 0)
+        _synthetic(qs, seed).save(dataset_cache_path(cache, fp, [q.id for q in qs], 24))
+    cmd = [sys.executable, "-m", "eval", "probe", "train", "--signal", "pulse", "--artifact", str(tiny_world.path),
+           "--out", str(out), "--n-questions", "60", "--n-eval-questions", "20", "--cache-dir", str(cache),
+           "--n-boot", "0", "--max-epochs", "30", "--fact-holdout", "0.33,0", "--json"]
+    res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    report = json.loads(res.stdout)
+    assert report["eval"]["fact_holdout"] == {"share": 0.33, "seed": 0, "keep": "test"}
+    by_fact = report["eval"]["by_fact"]
+    held = holdout_facts(tiny_world.kb, 0.33, 0)
+    dev = {q.id: q for q in tiny_world.questions["dev"]}
+    qs = select_questions(MicroWorldTask(tiny_world, "dev", report["eval"]["fact_holdout"]).questions, 20, 0)
+    n_held = sum(gold_chain(tiny_world.kb, dev[q.id])[i].id in held for q in qs for i in range(2))
+    assert by_fact["held_out"]["n"] == n_held and by_fact["held_out"]["n"] + by_fact["seen"]["n"] == 40
+    assert 0.0 <= by_fact["held_out"]["probe"] <= 1.0 and "entropy" in by_fact["seen"]
+    bad = subprocess.run(cmd[:-3] + ["--fact-holdout", "0.33"], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert bad.returncode != 0 and "fact_holdout must be 'share,seed'" in bad.stderr
