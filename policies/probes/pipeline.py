@@ -398,6 +398,20 @@ def by_fact(world, ds, probe_scores: np.ndarray, fact_holdout: dict) -> dict[str
     return out
 
 
+def _auroc_table(title: str, key: str, size: str, rows: dict[str, tuple[str, dict[str, float]]]):
+    """A table of the probe's and the references' AUROC per group: ``rows`` maps a group to (its size, its AUROCs)."""
+    from rich.table import Table
+
+    t = Table(title=title)
+    t.add_column(key)
+    t.add_column(size, justify="right")
+    for c in ["probe", *REFERENCES]:
+        t.add_column(c, justify="right")
+    for name, (n, row) in rows.items():
+        t.add_row(name, n, *[f"{row[c]:.3f}" for c in ["probe", *REFERENCES]])
+    return t
+
+
 def format_report(report: dict[str, Any]) -> str:
     """Readable tables of a :func:`train_probe` report."""
     from io import StringIO
@@ -440,21 +454,10 @@ def format_report(report: dict[str, Any]) -> str:
                       f"{m['precision']:.3f}", f"{m['recall']:.3f}", f"{m['threshold']:.4g}")
         con.print(t)
         if rep.get("by_error_kind"):
-            t = Table(title=f"AUROC by error kind ({part}: that kind's errors vs correct steps)")
-            t.add_column("kind")
-            t.add_column("n", justify="right")
-            for c in ["probe", *REFERENCES]:
-                t.add_column(c, justify="right")
-            for kind, row in rep["by_error_kind"].items():
-                t.add_row(kind, str(row["n"]), *[f"{row[c]:.3f}" for c in ["probe", *REFERENCES]])
-            con.print(t)
+            con.print(_auroc_table(f"AUROC by error kind ({part}: that kind's errors vs correct steps)", "kind", "n",
+                                   {k: (str(r["n"]), r) for k, r in rep["by_error_kind"].items()}))
         if rep.get("by_fact"):
-            t = Table(title=f"AUROC by the step's fact ({part}: held out of training, or seen)")
-            t.add_column("fact")
-            t.add_column("steps (errors)", justify="right")
-            for c in ["probe", *REFERENCES]:
-                t.add_column(c, justify="right")
-            for kind, row in rep["by_fact"].items():
-                t.add_row(kind, f"{row['n']} ({row['errors']})", *[f"{row[c]:.3f}" for c in ["probe", *REFERENCES]])
-            con.print(t)
+            con.print(_auroc_table(f"AUROC by the step's fact ({part}: held out of training, or seen)", "fact",
+                                   "steps (errors)", {k: (f"{r['n']} ({r['errors']})", r)
+                                                      for k, r in rep["by_fact"].items()}))
     return buf.getvalue()
