@@ -33,3 +33,14 @@ def _vllm_missing() -> str | None:
 
 #: vLLM importable here (``make setup`` installs it; the reason says what is missing)
 needs_vllm = pytest.mark.skipif(_vllm_missing() is not None, reason=_vllm_missing() or "")
+
+
+def _hotpotqa_missing() -> str | None:
+    from envs.core.data.loaders import shared_data_dir
+
+    path = shared_data_dir() / "hotpotqa" / "dev_500.jsonl"
+    return None if path.is_file() else f"shared HotpotQA data not available: {path} (set KAIROS_SHARED_DATA)"
+
+
+#: the shared HotpotQA dev file (``../shared/data`` next to the checkout, or ``$KAIROS_SHARED_DATA``)
+needs_hotpotqa = pytest.mark.skipif(_hotpotqa_missing() is not None, reason=_hotpotqa_missing() or "")

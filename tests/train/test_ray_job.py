@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from _needs import needs_vllm
+from _needs import needs_hotpotqa, needs_vllm
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -19,6 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 @needs_vllm
+@needs_hotpotqa  # the job trains on HotpotQA
 def test_ray_job_submit_on_a_simulated_multinode_cluster_with_a_vllm_replica(tmp_path):
     """Head + a "GPU node" (custom resource reasoner_node) + a CPU node on this machine: the reasoner replica — a
     vLLM engine serving SmolLM2 — lands on the reasoner node, the two EnvRunners elsewhere, and the job trains on
