@@ -384,8 +384,8 @@ def by_fact(world, ds, probe_scores: np.ndarray, fact_holdout: dict) -> dict[str
     from policies.probes.metrics import auroc
 
     held = holdout_facts(world.kb, float(fact_holdout["share"]), int(fact_holdout["seed"]))
-    qs = {q.id: q for qs in world.questions.values() for q in qs}
-    is_held = np.array([gold_chain(world.kb, qs[q])[int(i) - 1].id in held
+    by_id = {q.id: q for split in world.questions.values() for q in split}
+    is_held = np.array([gold_chain(world.kb, by_id[q])[int(i) - 1].id in held
                         for q, i in zip(ds.question_ids, ds.step_index)], dtype=bool)
     refs = reference_scores(ds)
     out: dict[str, Any] = {}
