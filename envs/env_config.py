@@ -21,6 +21,8 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import typing
 from dataclasses import dataclass, field
@@ -45,6 +47,22 @@ PRESETS: dict[str, dict[str, Any]] = {
     "microworld": {"task": "microworld", "reasoner": "micro", "retriever": "bm25"},
     "hotpotqa": {"task": "hotpotqa", "reasoner": "hf", "retriever": "bm25", "split": "dev"},
 }
+
+
+#: probe directories the running job writes before any env reads them (``kairos quickstart`` trains the U_verb proxy its
+#: recipe reads): a config naming one is checked before the job starts, when the probe does not exist yet
+_PENDING_PROBES: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar("pending_probes", default=frozenset())
+
+
+@contextlib.contextmanager
+def pending_probes(*paths: str | Path):
+    """Within the block, ``rsus_options.verb_proxy`` may name one of ``paths`` before a probe is saved there: the job
+    validating its configs trains it before anything reads it."""
+    token = _PENDING_PROBES.set(_PENDING_PROBES.get() | {str(Path(p)) for p in paths})
+    try:
+        yield
+    finally:
+        _PENDING_PROBES.reset(token)
 
 
 @dataclass
@@ -79,7 +97,8 @@ class RSUSOptions(ConfigBase):
                 load_rsus_weights(self.weights)
             except (FileNotFoundError, ValueError) as e:
                 raise ConfigError(f"{where}.weights: {e}") from None
-        if self.verb_proxy and not (Path(self.verb_proxy) / "probe.json").is_file():
+        if (self.verb_proxy and not (Path(self.verb_proxy) / "probe.json").is_file()
+                and str(Path(self.verb_proxy)) not in _PENDING_PROBES.get()):
             raise ConfigError(f"{where}.verb_proxy: no probe at {self.verb_proxy} (train one with "
                               "`kairos probe train --signal rsus_proxy …`)")
 

@@ -1,9 +1,11 @@
 """``kairos quickstart``: the README's main job on the embedded default (the micro-world).
 
 1. load the shipped micro-world and measure its competence and throughput;
-2. train a retrieval policy — the best recipe measured: counterfactual warm start, then REINFORCE on Ray RLlib,
-   with a QueryGen head that also picks the query (``configs/train_microworld_querygen_2modes.yaml``; resumes
-   from its newest checkpoint when rerun after a crash);
+2. train the U_verb proxy the recipe's RSUS reads (``configs/probe_rsus_proxy.yaml``: a step-error classifier on the
+   step's text, because the micro-world LM cannot state a confidence), then a retrieval policy — the best recipe
+   measured: counterfactual warm start, then REINFORCE on Ray RLlib, with a QueryGen head that also picks the query
+   (``configs/train_microworld_rsus_verb_ent.yaml``; a rerun after a crash keeps the proxy it finished and resumes
+   the training from its newest checkpoint);
 3. benchmark it against the calibrated fixed triggers and baselines (``configs/bench_microworld.yaml``:
    thresholds swept on dev, everything evaluated on held-out test questions, paired statistics);
 4. write one report (Markdown + the benchmark's self-contained HTML with plots) and print its path.
@@ -17,7 +19,8 @@ import time
 from pathlib import Path
 
 log = logging.getLogger(__name__)
-TRAIN_CONFIG = "configs/train_microworld_querygen_2modes.yaml"  # the main job's recipe
+TRAIN_CONFIG = "configs/train_microworld_rsus_verb_ent.yaml"  # the main job's recipe
+PROXY_CONFIG = "configs/probe_rsus_proxy.yaml"  # the U_verb proxy it reads (trained first, into <out>/probes/)
 MARKER = ".kairos-quickstart"  # in every --out folder quickstart created (or found empty): it may write there
 
 
@@ -47,6 +50,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="runs/quickstart", help="output directory")
     p.add_argument("--train-config", default=TRAIN_CONFIG, help="TrainConfig YAML")
     p.add_argument("--bench-config", default="configs/bench_microworld.yaml", help="BenchConfig YAML")
+    p.add_argument("--proxy-config", default=PROXY_CONFIG,
+                   help="ProbeTrainConfig YAML of the U_verb proxy the train config's env reads (its out is the "
+                        "path the train and bench configs name; quickstart trains it into <out>/probes/ and points "
+                        "them there)")
     p.add_argument("--n", type=int, default=400, help="test questions for the competence evaluation")
     p.add_argument("--iterations", type=int, default=None, help="override the training iterations")
     p.add_argument("--test", default=None, help="override the benchmark's test slice, e.g. 100:200")
@@ -68,8 +75,10 @@ def run(args) -> int:
 
 
 def _run(args, out: Path) -> int:
+    from envs.core.config import read_yaml_mapping
     from envs.core.io import write_json, write_text
     from envs.core.microworld.artifact import load_artifact
+    from envs.env_config import pending_probes
     from eval.bench_policies import load_config, run_bench
     from eval.microworld import evaluate_world, format_metrics
     from train.config import TrainConfig
@@ -78,16 +87,21 @@ def _run(args, out: Path) -> int:
 
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
-    # every config checked before any work (a bad value fails now, not after the world check and the training)
-    tcfg = TrainConfig.from_yaml(args.train_config)
-    tcfg.out_dir = str(out / "train")
-    if args.iterations is not None:
-        tcfg = tcfg.replace(iterations=args.iterations)
-    overrides = [f"test={args.test}"] if args.test else []
-    try:
-        bcfg = load_config(args.bench_config, out=str(out / "bench"), overrides=overrides)
-    except ValueError as e:  # the flag the user wrote is --test
-        raise type(e)(str(e).replace(f"--set test={args.test}", f"--test {args.test}")) from None
+    # every config checked before any work (a bad value fails now, not after the world check and the training); the
+    # proxy the recipe reads is trained first, into this job's folder, and both configs are pointed at it
+    raw = read_yaml_mapping(args.train_config)
+    proxy = _proxy_plan(raw, args.proxy_config, args.train_config, out)
+    with pending_probes(*([proxy["out"]] if proxy else [])):
+        tcfg = TrainConfig.from_dict(_retarget(raw, proxy), where=args.train_config)
+        tcfg.out_dir = str(out / "train")
+        if args.iterations is not None:
+            tcfg = tcfg.replace(iterations=args.iterations)
+        overrides = [f"test={args.test}"] if args.test else []
+        try:
+            bcfg = load_config(args.bench_config, out=str(out / "bench"), overrides=overrides,
+                               edit=lambda r: _retarget(r, proxy))
+        except ValueError as e:  # the flag the user wrote is --test
+            raise type(e)(str(e).replace(f"--set test={args.test}", f"--test {args.test}")) from None
 
     world = load_artifact(None)
     log.info("[1/3] micro-world %s: competence and throughput", world.path)
@@ -95,6 +109,12 @@ def _run(args, out: Path) -> int:
     write_json(out / "microworld_eval.json", metrics)
     timings["world_eval_s"] = time.perf_counter() - t0
 
+    psum = None
+    if proxy:
+        log.info("[2/3] the U_verb proxy the recipe's RSUS reads (%s → %s)", args.proxy_config, proxy["out"])
+        t1 = time.perf_counter()
+        psum = _train_proxy(proxy)
+        timings["proxy_s"] = time.perf_counter() - t1
     log.info("[2/3] training a retrieval policy (%s)", args.train_config)
     t1 = time.perf_counter()
     tsum = train(tcfg, resume=True, show_progress=False)
@@ -103,7 +123,7 @@ def _run(args, out: Path) -> int:
 
     log.info("[3/3] benchmark against calibrated fixed triggers (%s)", args.bench_config)
     lam = tcfg.curriculum["retrieval_calls"].end if "retrieval_calls" in tcfg.curriculum else None
-    config_out = Path(TrainConfig.from_yaml(args.train_config).out_dir)
+    config_out = Path(raw.get("out_dir") or TrainConfig().out_dir)
     for m in bcfg.methods:  # the benchmark's learned methods point into the run this job just trained
         if m.kind == "learned":
             rel = Path(m.path).relative_to(config_out) if Path(m.path).is_relative_to(config_out) else Path("policy_trigger")
@@ -114,7 +134,7 @@ def _run(args, out: Path) -> int:
     timings["total_s"] = time.perf_counter() - t0
     write_json(out / "timings.json", timings)
 
-    text = _report(metrics, tsum, summary, timings, format_metrics)
+    text = _report(metrics, tsum, summary, timings, format_metrics, psum)
     write_text(out / "report.md", text)
     print(text)
     print(f"\nreport: {(out / 'report.md').resolve()}\nhtml:   {(out / 'bench' / 'report.html').resolve()}")
@@ -124,7 +144,70 @@ def _run(args, out: Path) -> int:
     return 0
 
 
-def _report(metrics, tsum, summary, timings, format_metrics) -> str:
+def _proxy_plan(raw: dict, proxy_config: str, train_config: str, out: Path) -> dict | None:
+    """The U_verb proxy this job trains: None when the recipe's env reads none; else its ProbeTrainConfig (checked
+    now), the path the configs name (``src``) and where this job keeps it (``out``). A proxy config that trains
+    another probe than the one the recipe reads is an error naming both."""
+    from envs.core.config import ConfigError
+    from policies.probes.pipeline import ProbeTrainConfig
+
+    env = raw.get("env_config") if isinstance(raw.get("env_config"), dict) else {}
+    src = ((env or {}).get("rsus_options") or {}).get("verb_proxy") if isinstance(env.get("rsus_options"), dict) else None
+    if not src:
+        return None
+    cfg = ProbeTrainConfig.from_yaml(proxy_config)
+    if cfg.signal != "rsus_proxy" or Path(cfg.out) != Path(src):
+        raise ConfigError(f"{train_config}: env_config.rsus_options.verb_proxy reads the probe at {src}, but "
+                          f"--proxy-config {proxy_config} trains {cfg.signal!r} into {cfg.out or '(no out)'}; give a "
+                          f"proxy config whose signal is rsus_proxy and whose out is {src}")
+    dst = out / "probes" / Path(src).name
+    return {"src": str(Path(src)), "out": str(dst), "config": cfg.replace(out=str(dst))}
+
+
+def _retarget(raw: dict, proxy: dict | None) -> dict:
+    """``raw`` (a config mapping, edited in place) with every ``verb_proxy`` that names the recipe's proxy pointed
+    at this job's copy."""
+    if proxy:
+        def walk(node):
+            if isinstance(node, dict):
+                for k, v in node.items():
+                    if k == "verb_proxy" and isinstance(v, str) and str(Path(v)) == proxy["src"]:
+                        node[k] = proxy["out"]
+                    else:
+                        walk(v)
+            elif isinstance(node, list):
+                for v in node:
+                    walk(v)
+        walk(raw)
+    return raw
+
+
+def _train_proxy(proxy: dict) -> dict:
+    """Train the proxy into ``proxy['out']`` — or keep the one a previous run of this job finished there with the
+    same config (its metrics.json is written last) — and return its held-out AUROC and seconds."""
+    import json
+
+    from policies.probes.pipeline import train_probe
+
+    cfg, out = proxy["config"], Path(proxy["out"])
+    done = out / "metrics.json"
+    if done.is_file() and (out / "probe.json").is_file():
+        info = json.loads((out / "probe.json").read_text()).get("info", {})
+        if info.get("train_config") == cfg.to_dict():
+            log.info("U_verb proxy: kept the one this job trained before (%s)", out)
+            return {"kept": True, **_proxy_auroc(json.loads(done.read_text()))}
+    t = time.perf_counter()
+    _, report = train_probe(cfg)
+    return {"kept": False, "seconds": time.perf_counter() - t, **_proxy_auroc(report)}
+
+
+def _proxy_auroc(report: dict) -> dict:
+    """The proxy's step-error AUROC on its validation steps and on the held-out questions, token entropy's beside."""
+    return {f"{split}_{name}": report[split][name]["auroc"] for split in ("val", "eval") if split in report
+            for name in ("probe", "entropy") if name in report[split]}
+
+
+def _report(metrics, tsum, summary, timings, format_metrics, psum=None) -> str:
     rows = ["| method | kind | accuracy [95% CI] | calls / q | reward | harm rate | query mode |",
             "|---|---|---|---|---|---|---|"]
     for k, v in sorted(summary["methods"].items(), key=lambda kv: -kv[1]["reward"]):
@@ -154,13 +237,23 @@ def _report(metrics, tsum, summary, timings, format_metrics) -> str:
                 else f"– (gap {c['gap']:.3f}) / {c['calls']:.2f}" for c in (cells.get(n) for n in names)) + " |")
         headline.append("Oracle-gap fraction per chain kind (95% CI), retrieval calls beside the oracle's:\n\n"
                         + "\n".join(lines))
+    proxy = ""
+    if psum is not None:  # what the policy's U_verb reads, and what it is: a text classifier of the training steps
+        a = {k: f"{v:.3f}" if isinstance(v, float) else "–" for k, v in psum.items() if k.endswith(("probe", "entropy"))}
+        proxy = ("U_verb proxy (the step's text → p(error); the micro-world LM cannot state a confidence): "
+                 + ("kept from the previous run; " if psum.get("kept") else f"trained in {psum['seconds']:.0f} s; ")
+                 + f"step-error AUROC {a.get('val_probe', '–')} on validation steps, {a.get('eval_probe', '–')} on "
+                 f"held-out dev questions (token entropy {a.get('eval_entropy', '–')}). On held-out questions of "
+                 "the training facts it recognises their wrong statements; on facts it never saw it is not better "
+                 "than entropy (docs/results.md).\n\n")
     return (
         "# Kairos quickstart: the micro-world\n\n"
         f"Wall time {timings['total_s'] / 60:.1f} min (world evaluation {timings['world_eval_s']:.0f} s, "
-        f"training {timings['train_s']:.0f} s, benchmark {timings['bench_s']:.0f} s).\n\n"
+        + (f"U_verb proxy {timings['proxy_s']:.0f} s, " if "proxy_s" in timings else "")
+        + f"training {timings['train_s']:.0f} s, benchmark {timings['bench_s']:.0f} s).\n\n"
         "## 1. The shipped micro-world\n\n```\n" + format_metrics(metrics) + "```\n\n"
-        "## 2. Training (REINFORCE on Ray RLlib)\n\n"
-        f"{tsum['iteration']} iterations, final metrics: "
+        "## 2. Training (REINFORCE on Ray RLlib)\n\n" + proxy
+        + f"{tsum['iteration']} iterations, final metrics: "
         + ", ".join(f"{k} {v:.3f}" for k, v in sorted(tsum.get("final_metrics", {}).items())
                     if k in ("episode_return", "quality", "retrievals_per_episode", "retrieve_prob"))
         + ".\n\n![learning curves](train/curves.png)\n\n"

@@ -21,7 +21,8 @@ def test_shipped_presets_load(name):
 
 def test_every_config_file_is_covered():
     covered = set(KINDS) | {p.name for pat in ("train_*.yaml", "bench_*.yaml", "querygen_*.yaml", "rsus_*.yaml",
-                                               "suite_*.yaml", "serve_*.yaml") for p in CONFIGS.glob(pat)}
+                                               "suite_*.yaml", "serve_*.yaml", "probe_*.yaml")
+                                     for p in CONFIGS.glob(pat)}
     assert {p.name for p in CONFIGS.glob("*.yaml")} <= covered
     listed = {str(Path(b).resolve()) for s in CONFIGS.glob("suite_*.yaml") for b in _suite(s).benchmarks}
     assert {str(p.resolve()) for p in (CONFIGS / "seed").glob("*.yaml")} <= listed  # every seed config in a suite
@@ -39,6 +40,14 @@ def _suite(path):
     from eval.bench_suite import SuiteConfig
 
     return SuiteConfig.from_yaml(path)
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("probe_*.yaml")), ids=lambda p: p.name)
+def test_probe_presets_load(path):
+    from policies.probes.pipeline import ProbeTrainConfig
+
+    cfg = ProbeTrainConfig.from_yaml(path)
+    assert ProbeTrainConfig.from_dict(cfg.to_dict()) == cfg and cfg.out
 
 
 @pytest.mark.parametrize("path", sorted(CONFIGS.glob("suite_*.yaml")), ids=lambda p: p.name)

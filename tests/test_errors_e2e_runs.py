@@ -234,6 +234,18 @@ def test_quickstart_refuses_a_foreign_non_empty_out(tmp_path):
     assert (out / "report.md").read_text() == "my own notes\n" and sorted(p.name for p in out.iterdir()) == ["report.md"]
 
 
+def test_quickstart_refuses_a_proxy_config_that_trains_another_probe_than_the_recipe_reads(tmp_path):
+    """The recipe's env reads the U_verb proxy at runs/probes/rsus_proxy; a --proxy-config that would train one
+    elsewhere is an error naming both paths, before any work (no world check, nothing written but the marker)."""
+    cfg = tmp_path / "proxy.yaml"
+    cfg.write_text("signal: rsus_proxy\nout: runs/probes/elsewhere\n")
+    out = tmp_path / "qs"
+    r = _run(["eval", "quickstart", "--out", str(out), "--proxy-config", str(cfg)])
+    _one_line_error(r, "env_config.rsus_options.verb_proxy reads the probe at runs/probes/rsus_proxy",
+                    f"--proxy-config {cfg} trains 'rsus_proxy' into runs/probes/elsewhere")
+    assert sorted(p.name for p in out.iterdir()) == [".kairos-quickstart"]
+
+
 def test_quickstart_refuses_a_folder_another_quickstart_holds(tmp_path):
     from envs.core.runlock import FolderLock
 

@@ -306,12 +306,15 @@ def test_answer_to_dict_has_no_nan():
 
 
 def test_a_training_run_records_the_env_its_exports_come_from():
-    from envs.env_config import EnvConfig
+    from envs.env_config import EnvConfig, pending_probes
     from eval.quickstart import TRAIN_CONFIG
     from train.config import TrainConfig
     from train.run import policy_env_config
 
-    env = policy_env_config(TrainConfig.from_yaml(TRAIN_CONFIG))  # what the quickstart's exports record
+    with pending_probes("runs/probes/rsus_proxy"):  # the quickstart trains the proxy its recipe reads first
+        env = policy_env_config(TrainConfig.from_yaml(TRAIN_CONFIG))  # what the quickstart's exports record
     assert env["task"] == "microworld" and env["reasoner"] == "micro" and env["querygen"]
     assert env["query_modes"] == ["info_need", "step"] and env["signals"] == ["pulse", "output", "rsus", "content"]
-    assert EnvConfig.from_dict(env).to_dict() == env
+    assert env["rsus_components"] == ["verb", "ent"] and env["rsus_options"] == {"verb_proxy": "runs/probes/rsus_proxy"}
+    with pending_probes("runs/probes/rsus_proxy"):
+        assert EnvConfig.from_dict(env).to_dict() == env

@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.slow,
 
 
 def test_quickstart_trains_benchmarks_and_reports(tmp_path):
-    from eval.quickstart import TRAIN_CONFIG
+    from eval.quickstart import PROXY_CONFIG, TRAIN_CONFIG
 
     train = yaml.safe_load(open(TRAIN_CONFIG))  # the recipe the main job trains
     train.update(iterations=2, checkpoint_every=1)
@@ -27,11 +27,15 @@ def test_quickstart_trains_benchmarks_and_reports(tmp_path):
     keep = {"CoT", "IRCoT", "FLARE", "FLARE[unmasked]", "FLARE[q: dev]", "DRAGIN[step-level]", "SeaKR[no rerank]",
             "PUlSE-step", "Random", "Oracle[info_need]", "CacheOracle[q: info_need, step]"}
     bench["methods"] = [m for m in bench["methods"] if m["name"] in keep or m["kind"] == "learned"]
+    proxy = yaml.safe_load(open(PROXY_CONFIG))  # the U_verb proxy the recipe reads, at smoke size
+    proxy.update(n_questions=40, n_eval_questions=20, n_boot=50, max_epochs=5)
+    (tmp_path / "proxy.yaml").write_text(yaml.safe_dump(proxy))
     (tmp_path / "train.yaml").write_text(yaml.safe_dump(train))
     (tmp_path / "bench.yaml").write_text(yaml.safe_dump(bench))
     out = tmp_path / "qs"
     r = subprocess.run([sys.executable, "-m", "eval", "quickstart", "--out", str(out), "--n", "16",
-                        "--train-config", str(tmp_path / "train.yaml"), "--bench-config", str(tmp_path / "bench.yaml")],
+                        "--train-config", str(tmp_path / "train.yaml"), "--bench-config", str(tmp_path / "bench.yaml"),
+                        "--proxy-config", str(tmp_path / "proxy.yaml")],
                        capture_output=True, text=True, timeout=1200)
     assert r.returncode == 0, r.stderr[-3000:]
     assert f"report: {(out / 'report.md').resolve()}" in r.stdout
@@ -57,5 +61,15 @@ def test_quickstart_trains_benchmarks_and_reports(tmp_path):
     assert learned["n"] == 16 and learned["query_mode"] == "policy's QueryGen head"
     assert (out / "train" / "policy_trigger" / "spec.json").is_file() and (out / "train" / "curves.png").is_file()
     assert (out / "bench" / "report.html").is_file()
+    # the recipe's RSUS reads the proxy this job trained (into its own folder): the policy records it, the benchmark
+    # ran every method in that env, and a rerun keeps it
+    mine = str(out / "probes" / "rsus_proxy")
+    assert (out / "probes" / "rsus_proxy" / "probe.json").is_file() and "U_verb proxy" in report
+    spec = json.loads((out / "train" / "policy_trigger" / "spec.json").read_text())
+    assert spec["env_config"]["rsus_components"] == ["verb", "ent"]
+    assert spec["env_config"]["rsus_options"]["verb_proxy"] == mine
+    cfg = json.loads((out / "bench" / "config.json").read_text())
+    assert cfg["env"]["rsus_options"]["verb_proxy"] == mine and "runs/probes/rsus_proxy" not in json.dumps(cfg)
+    assert json.loads((out / "timings.json").read_text())["proxy_s"] > 0
     m = json.loads((out / "microworld_eval.json").read_text())
     assert m["targets"]["known_recall>=0.95"]["met"]

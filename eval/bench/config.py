@@ -3,6 +3,7 @@ with ``--set`` overrides, and the env a benchmark (or one of its methods) runs."
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from envs.core.config import ConfigBase, ConfigError, helpf, read_yaml_mapping
@@ -87,12 +88,15 @@ def bench_env_config(cfg: BenchConfig, method: MethodSpec | None = None) -> EnvC
 
 
 def load_config(path: str, out: str | None = None, overrides: list[str] | None = None,
-                plugins: list[str] | None = None) -> BenchConfig:
+                plugins: list[str] | None = None, edit: Callable[[dict], None] | None = None) -> BenchConfig:
     """A :class:`BenchConfig` from a YAML, with ``--set KEY=VALUE`` overrides (``env.answer_closing=false`` sets a
-    key of the env mapping), ``--out`` and more ``plugins`` (a suite's)."""
+    key of the env mapping), ``--out``, more ``plugins`` (a suite's) and ``edit``, called on the raw mapping before
+    it is checked (``kairos quickstart`` points the env at the probe it trains)."""
     from envs.core.config import apply_sets, sets_error
 
     raw = read_yaml_mapping(path)
+    if edit is not None:
+        edit(raw)
     if plugins:
         raw["plugins"] = list(dict.fromkeys([*plugins, *(raw.get("plugins") or [])]))
     given = apply_sets(raw, overrides or [], str(path), verbatim=("dev", "test"))

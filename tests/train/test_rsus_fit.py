@@ -108,3 +108,13 @@ def test_a_trained_u_verb_proxy_plugs_in_through_the_env_config(tmp_path):
                              "rsus_options": {"verb_proxy": str(tmp_path / "proxy")}})
     with pytest.raises(ConfigError, match="verb_proxy: no probe at"):
         EnvConfig.from_dict({**base, "rsus_options": {"verb_proxy": str(tmp_path / "none")}})
+    # a job that trains the proxy before anything reads it (kairos quickstart) checks its configs first: the path it
+    # will write is accepted inside pending_probes, and only there
+    from envs.env_config import pending_probes
+
+    with pending_probes(tmp_path / "none"):
+        EnvConfig.from_dict({**base, "rsus_options": {"verb_proxy": str(tmp_path / "none")}})
+        with pytest.raises(ConfigError, match="verb_proxy: no probe at"):
+            EnvConfig.from_dict({**base, "rsus_options": {"verb_proxy": str(tmp_path / "other")}})
+    with pytest.raises(ConfigError, match="verb_proxy: no probe at"):
+        EnvConfig.from_dict({**base, "rsus_options": {"verb_proxy": str(tmp_path / "none")}})
