@@ -269,7 +269,7 @@ def policy_env_config(path: str | Path) -> dict[str, Any]:
                     return env
     raise ValueError(f"policy {path} records no env config (exported before spec.json recorded it) and no training "
                      "run's config.json is next to it: pass the env it was trained in — env_config= (CLI: "
-                     "--env-config YAML: the training YAML, e.g. configs/train_microworld_querygen_2modes.yaml)")
+                     "--env-config YAML: the training YAML, e.g. configs/train_microworld_rsus_verb_ent.yaml)")
 
 
 def read_env_config(path: str | Path):

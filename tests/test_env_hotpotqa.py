@@ -3,19 +3,16 @@
 
 import gymnasium as gym
 import pytest
-from _needs import needs_smollm2
+from _needs import needs_hotpotqa, needs_smollm2
 from gymnasium.utils.env_checker import check_env
 
 import envs  # noqa: F401
-from envs.core.data.loaders import shared_data_dir
-
-SHARED_DATA = shared_data_dir()
 
 pytestmark = pytest.mark.slow
 
 
 @needs_smollm2
-@pytest.mark.skipif(not (SHARED_DATA / "hotpotqa" / "dev_500.jsonl").is_file(), reason="no shared HotpotQA data")
+@needs_hotpotqa
 @pytest.mark.parametrize("querygen", [False, True])
 def test_hotpotqa_preset_check_env(querygen):
     env = gym.make("kairos/RetrievalTiming-v0", preset="hotpotqa",
@@ -30,7 +27,7 @@ def test_hotpotqa_preset_check_env(querygen):
 
 
 @needs_smollm2
-@pytest.mark.skipif(not (SHARED_DATA / "hotpotqa" / "dev_500.jsonl").is_file(), reason="no shared HotpotQA data")
+@needs_hotpotqa
 def test_hotpotqa_id_and_dragin_rind_through_the_env():
     """kairos/HotpotQA-v0 is registered; signals: [.., rind] runs DRAGIN's RIND (eager attention captured)."""
     from policies.triggers import ThresholdTrigger
@@ -45,7 +42,7 @@ def test_hotpotqa_id_and_dragin_rind_through_the_env():
 
 
 @needs_smollm2
-@pytest.mark.skipif(not (SHARED_DATA / "hotpotqa" / "dev_500.jsonl").is_file(), reason="no shared HotpotQA data")
+@needs_hotpotqa
 def test_hotpotqa_env_exposes_a_probe_trained_for_smollm2_and_refuses_another(tmp_path):
     """EnvConfig.probes on a real-data task: a PUlSE probe for SmolLM2 becomes a scalar signal (the PUlSE
     trigger's input); a probe saved for another model is a clear error."""

@@ -11,15 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from _needs import needs_smollm2
-
-from envs.core.data.loaders import shared_data_dir
+from _needs import needs_hotpotqa, needs_smollm2
 
 REPO = Path(__file__).resolve().parents[1]
-HOTPOT = shared_data_dir() / "hotpotqa" / "dev_500.jsonl"
 
-pytestmark = [pytest.mark.slow, needs_smollm2,
-              pytest.mark.skipif(not HOTPOT.is_file(), reason="no shared HotpotQA data")]
+pytestmark = [pytest.mark.slow, needs_smollm2, needs_hotpotqa]
 
 
 @pytest.fixture(scope="module")

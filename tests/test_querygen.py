@@ -7,6 +7,7 @@ import shutil
 
 import numpy as np
 import pytest
+from _needs import needs_hotpotqa
 
 from policies.querygen.data import FlaggedStep, cloze_query, load_steps, save_steps
 from policies.querygen.model import (
@@ -216,15 +217,8 @@ def test_train_cli_querygen_needs_config(capsys):
     assert "needs --config" in capsys.readouterr().err
 
 
-def _need_hotpotqa():
-    from envs.core.data.loaders import shared_data_dir
-
-    if not (shared_data_dir() / "hotpotqa" / "dev_500.jsonl").is_file():
-        pytest.skip(f"shared HotpotQA data not available under {shared_data_dir()} (set KAIROS_SHARED_DATA)")
-
-
+@needs_hotpotqa
 def test_qatask_strided_split():
-    _need_hotpotqa()
     from envs.qa_task import QATask
 
     even, odd = QATask("hotpotqa", "dev[0:10:2]"), QATask("hotpotqa", "dev[1:10:2]")
@@ -280,9 +274,9 @@ def test_grpo_trainer_option_runs(tiny_run, tmp_path):
     assert json.loads((tmp_path / "rl" / "querygen.json").read_text())["history"][-1]["trainer"] == "grpo"
 
 
+@needs_hotpotqa
 def test_hotpotqa_question_form_attribute():
     """The shared dev file is ordered by type: questions 250–499 all name both supporting titles."""
-    _need_hotpotqa()
     from collections import Counter
 
     from envs.qa_task import QATask, mentions_title

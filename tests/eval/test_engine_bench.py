@@ -8,9 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from _needs import needs_smollm2, needs_vllm
-
-from envs.core.data.loaders import shared_data_dir
+from _needs import needs_hotpotqa, needs_smollm2, needs_vllm
 
 
 def test_agreement_names_the_first_differing_step():
@@ -24,7 +22,7 @@ def test_agreement_names_the_first_differing_step():
 @pytest.mark.slow
 @needs_vllm
 @needs_smollm2
-@pytest.mark.skipif(not (shared_data_dir() / "hotpotqa" / "dev_500.jsonl").is_file(), reason="no shared HotpotQA data")
+@needs_hotpotqa
 def test_the_engine_benchmark_runs_end_to_end(tmp_path):
     out = tmp_path / "engine"
     r = subprocess.run([sys.executable, "-m", "eval.cli", "bench", "engine", "--questions", "dev[0:4]",

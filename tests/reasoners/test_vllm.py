@@ -15,7 +15,7 @@ import threading
 
 import numpy as np
 import pytest
-from _needs import needs_smollm2, needs_vllm
+from _needs import needs_hotpotqa, needs_smollm2, needs_vllm
 
 pytestmark = [
     pytest.mark.slow,
@@ -180,12 +180,10 @@ def test_a_second_capturing_engine_in_one_process_is_refused(vllm_r):
         make_reasoner("vllm", kv_cache_gib=1, dtype="bfloat16", **OPTS)
 
 
+@needs_hotpotqa
 def test_an_env_on_the_vllm_backend_equals_the_hf_env():
-    from envs.core.data.loaders import shared_data_dir
     from envs.registration import make_env
 
-    if not (shared_data_dir() / "hotpotqa" / "dev_500.jsonl").is_file():
-        pytest.skip(f"shared HotpotQA data not available under {shared_data_dir()} (set KAIROS_SHARED_DATA)")
     base = {"task": "hotpotqa", "split": "dev[0:3]",
             "max_steps": 2, "max_step_tokens": 16, "rsus_components": ["ent"],
             "signals": ["pulse", "output", "rsus", "content"]}

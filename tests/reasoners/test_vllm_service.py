@@ -9,7 +9,7 @@ import threading
 
 import numpy as np
 import pytest
-from _needs import needs_smollm2, needs_vllm
+from _needs import needs_hotpotqa, needs_smollm2, needs_vllm
 
 ray = pytest.importorskip("ray")
 
@@ -17,16 +17,14 @@ pytestmark = [
     pytest.mark.slow,
     needs_vllm,
     needs_smollm2,
+    needs_hotpotqa,
 ]
 
 
 @pytest.fixture(scope="module")
 def cfg():
-    from envs.core.data.loaders import shared_data_dir
     from envs.env_config import EnvConfig
 
-    if not (shared_data_dir() / "hotpotqa" / "dev_500.jsonl").is_file():
-        pytest.skip(f"shared HotpotQA data not available under {shared_data_dir()} (set KAIROS_SHARED_DATA)")
     return EnvConfig.from_preset("hotpotqa", {
         "reasoner": "vllm", "reasoner_options": {"kv_cache_gib": 1}, "split": "dev[0:4]", "max_steps": 3,
         "max_step_tokens": 16, "rsus_components": ["ent"], "signals": ["pulse", "output", "rsus", "content"]})
