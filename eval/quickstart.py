@@ -102,6 +102,7 @@ def _run(args, out: Path) -> int:
                                edit=lambda r: _retarget(r, proxy))
         except ValueError as e:  # the flag the user wrote is --test
             raise type(e)(str(e).replace(f"--set test={args.test}", f"--test {args.test}")) from None
+        _check_observation(tcfg, bcfg, args.train_config, args.bench_config)
 
     world = load_artifact(None)
     log.info("[1/3] micro-world %s: competence and throughput", world.path)
@@ -152,7 +153,8 @@ def _proxy_plan(raw: dict, proxy_config: str, train_config: str, out: Path) -> d
     from policies.probes.pipeline import ProbeTrainConfig
 
     env = raw.get("env_config") if isinstance(raw.get("env_config"), dict) else {}
-    src = ((env or {}).get("rsus_options") or {}).get("verb_proxy") if isinstance(env.get("rsus_options"), dict) else None
+    rsus = env.get("rsus_options") if isinstance(env.get("rsus_options"), dict) else {}
+    src = rsus.get("verb_proxy")
     if not src:
         return None
     cfg = ProbeTrainConfig.from_yaml(proxy_config)
@@ -162,6 +164,33 @@ def _proxy_plan(raw: dict, proxy_config: str, train_config: str, out: Path) -> d
                           f"proxy config whose signal is rsus_proxy and whose out is {src}")
     dst = out / "probes" / Path(src).name
     return {"src": str(Path(src)), "out": str(dst), "config": cfg.replace(out=str(dst))}
+
+
+#: the env keys that shape what a policy observes: a learned row must run with the values it was trained with
+OBSERVATION_KEYS = ("reasoner", "artifact", "signals", "rsus_components", "rsus_options", "pulse_layers",
+                    "pulse_layers_from", "content_layers")
+
+
+def _check_observation(tcfg, bcfg, train_config: str, bench_config: str) -> None:
+    """Every learned row of the benchmark runs in the env its policy is trained in (the quickstart's policies are
+    trained by this job, so a mismatch would evaluate them on observations they never saw): an error naming the row,
+    the key and both values."""
+    from envs.core.config import ConfigError
+    from envs.env_config import EnvConfig
+    from eval.bench_policies import bench_env_config
+
+    if not isinstance(tcfg.env_config, EnvConfig):  # a custom env factory: its settings are its own
+        return
+    trained = tcfg.env_config.to_dict()
+    for m in bcfg.methods:
+        if m.kind != "learned":
+            continue
+        ran = bench_env_config(bcfg, m).to_dict()
+        for k in OBSERVATION_KEYS:
+            if ran.get(k) != trained.get(k):
+                raise ConfigError(f"{bench_config}: method '{m.name}' would run with env {k} = {ran.get(k)!r}, but "
+                                  f"{train_config} trains its policy with {k} = {trained.get(k)!r}; give the bench "
+                                  f"config's env (or the method's env) the training value")
 
 
 def _retarget(raw: dict, proxy: dict | None) -> dict:

@@ -246,6 +246,20 @@ def test_quickstart_refuses_a_proxy_config_that_trains_another_probe_than_the_re
     assert sorted(p.name for p in out.iterdir()) == [".kairos-quickstart"]
 
 
+def test_quickstart_refuses_a_benchmark_whose_learned_rows_would_see_another_observation(tmp_path):
+    """The policy this job trains observes RSUS[verb(proxy),ent]; a bench config whose env computes another RSUS would
+    evaluate it on observations it never saw: an error naming the row and the key, before any work."""
+    bench = yaml.safe_load((ROOT / "configs" / "bench_microworld.yaml").read_text())
+    bench["env"]["rsus_components"] = ["ent"]
+    bench["env"].pop("rsus_options")
+    (tmp_path / "bench.yaml").write_text(yaml.safe_dump(bench))
+    out = tmp_path / "qs"
+    r = _run(["eval", "quickstart", "--out", str(out), "--bench-config", str(tmp_path / "bench.yaml")])
+    _one_line_error(r, "method 'classifier[QueryGen] (warm start)' would run with env rsus_components = ['ent']",
+                    "trains its policy with rsus_components = ['verb', 'ent']")
+    assert sorted(p.name for p in out.iterdir()) == [".kairos-quickstart"]
+
+
 def test_quickstart_refuses_a_folder_another_quickstart_holds(tmp_path):
     from envs.core.runlock import FolderLock
 
