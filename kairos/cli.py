@@ -5,7 +5,7 @@
     kairos answer --policy runs/quickstart/train/policy_trigger "Which city was Teimshox 's mother born in ?"
     kairos answer --bench runs/quickstart/bench --method "learned[QueryGen](λ=0.1)" --questions-file qs.txt
     kairos answer --policy DIR --corpus my_corpus.jsonl --reasoner hf --reasoner-option model=… --json - < qs.txt
-    kairos answer --policy "minprob<0.3" --env-config configs/bench_microworld.yaml "…"
+    kairos answer --policy "minprob<0.3" --env-config configs/env_microworld.yaml "…"
 
 Questions come from the positional arguments (``-`` reads stdin, one per line) and ``--questions-file`` (one per
 line, or ``.jsonl`` with a ``question`` field). The answer and a readable trace are printed (rich); ``--json``

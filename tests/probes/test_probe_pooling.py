@@ -158,6 +158,7 @@ def _pulse_step_rows():
 
     import yaml
 
+    from envs.env_config import pending_probes
     from eval.bench.config import BenchConfig, bench_env_config
 
     repo = Path(__file__).resolve().parents[2]
@@ -170,9 +171,13 @@ def _pulse_step_rows():
                           or m.get("name") == raw.get("reference")]
         if not any(m.get("signal") == "pulse_prob" for m in raw["methods"]):
             continue
-        cfg = BenchConfig.from_dict(raw, where=str(path))
-        rows += [(path.name, m.name, bench_env_config(cfg, m).probes["pulse_prob"]) for m in cfg.methods
-                 if getattr(m, "signal", None) == "pulse_prob"]
+        # the env these rows run in may read a U_verb proxy the job trains before anything reads it
+        proxies = [e["rsus_options"]["verb_proxy"] for e in [raw.get("env") or {}] + [m.get("env") or {} for m in raw["methods"]]
+                   if (e.get("rsus_options") or {}).get("verb_proxy")]
+        with pending_probes(*proxies):
+            cfg = BenchConfig.from_dict(raw, where=str(path))
+            rows += [(path.name, m.name, bench_env_config(cfg, m).probes["pulse_prob"]) for m in cfg.methods
+                     if getattr(m, "signal", None) == "pulse_prob"]
     return rows
 
 
