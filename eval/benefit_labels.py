@@ -17,7 +17,7 @@ is rewritten)::
 Example (shell)::
 
     python -m eval.benefit_labels --config configs/bench_hotpotqa_bm25.yaml --split "dev[0:500:2]" \\
-        --out runs/labels/hotpotqa_benefit.jsonl --max-minutes 45
+        --out runs/labels/hotpotqa_benefit.jsonl --max-minutes 45 --workers 2
 """
 
 from __future__ import annotations
@@ -65,30 +65,78 @@ def label_question(env, qi: int) -> dict[str, Any]:
 
 
 def run(env_config, out: str | Path, max_questions: int | None = None,
-        max_minutes: float | None = None, progress: bool = True) -> dict[str, Any]:
+        max_minutes: float | None = None, progress: bool = True, workers: int = 1) -> dict[str, Any]:
     """Label questions of ``env_config``'s split (an :class:`~envs.env_config.EnvConfig`, or its dict) until done,
-    ``max_questions`` or ``max_minutes``."""
-    from tqdm.auto import tqdm
-
+    ``max_questions`` or ``max_minutes``. ``workers`` > 1 labels the questions left in that many processes (one
+    CPU and one reasoner each; question ``k`` of the list left goes to process ``k mod workers``, so a time budget
+    stops every process at about the same question index), each writing its own ``<out>.shard<i>`` file, merged
+    into ``out`` when they finish — or by the next run, if one was killed. A question's label does not depend on the
+    process that made it (tested): the trajectory cache (sqlite) is shared by all of them."""
     from envs.core.io import read_done_rows, write_text
+    from envs.env_config import EnvConfig
     from envs.registration import make_env
 
-    env = make_env(None, env_config)
+    if not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers: expected an integer >= 1, got {workers!r}")
+    cfg = env_config if isinstance(env_config, EnvConfig) else EnvConfig.from_dict(dict(env_config))
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    rows_done = read_done_rows(out)
-    done = set(rows_done)
-    if rows_done:  # rewrite without a torn tail, atomically, before appending
-        write_text(out, "".join(json.dumps(rows_done[q]) + "\n" for q in sorted(rows_done)))
-    n = len(env.unwrapped.c.questions[: env.unwrapped.config.max_questions or None])  # the env's questions
+    rows_done = _merge_shards(out, read_done_rows, write_text)
+    env = make_env(None, cfg)  # the driver's too: the split's questions (and its config checked) before any worker starts
+    n = len(env.unwrapped.c.questions[: cfg.max_questions or None])  # the env's questions
     n = n if max_questions is None else min(max_questions, n)
+    todo = [qi for qi in range(n) if qi not in rows_done]
+    t0 = time.perf_counter()
+    if workers == 1 or len(todo) <= 1:
+        new = _label_into(env, todo, out, max_minutes, progress, initial=n - len(todo), total=n)
+    else:
+        from train.warmstart import map_shards
+
+        shards = [todo[i::workers] for i in range(min(workers, len(todo)))]
+        log.info("benefit labels: %d questions left in %d processes", len(todo), len(shards))
+        new = sum(map_shards(_label_shard, [(cfg.to_dict(), shard, str(_shard_path(out, i)), max_minutes,
+                                              progress and i == 0) for i, shard in enumerate(shards)]))
+        _merge_shards(out, read_done_rows, write_text)
+    rows = [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()] if out.is_file() else []
+    steps = [s for r in rows for s in r["steps"]]
+    summary = {"questions": len(rows), "steps": len(steps),
+               "helped": sum(s["benefit"] > 0 for s in steps), "hurt": sum(s["benefit"] < 0 for s in steps),
+               "seconds_new": round(time.perf_counter() - t0, 1), "new_questions": new}
+    log.info("benefit labels: %s -> %s", summary, out)
+    return summary
+
+
+def _shard_path(out: Path, i: int) -> Path:
+    return out.with_name(f"{out.name}.shard{i}")
+
+
+def _merge_shards(out: Path, read_done_rows, write_text) -> dict[int, dict[str, Any]]:
+    """``out``'s finished rows with those of any ``<out>.shard<i>`` files (a multi-process run's, finished or
+    killed) merged in, ordered by question; written back atomically, the shard files removed after."""
+    rows = read_done_rows(out)
+    shards = sorted(out.parent.glob(f"{out.name}.shard*"))
+    for sp in shards:
+        for qi, row in read_done_rows(sp).items():
+            rows.setdefault(qi, row)
+    if rows or shards:  # rewrite without a torn tail, atomically, before anyone appends
+        write_text(out, "".join(json.dumps(rows[q]) + "\n" for q in sorted(rows)))
+    for sp in shards:
+        sp.unlink()
+    return rows
+
+
+def _label_into(env, questions: list[int], path: Path, max_minutes: float | None, progress: bool,
+                initial: int = 0, total: int | None = None) -> int:
+    """Label ``questions`` in order, one fsync-ed JSON line each appended to ``path``; stop starting new ones after
+    ``max_minutes``. Returns how many were labelled."""
+    from tqdm.auto import tqdm
+
     t0 = time.perf_counter()
     new = 0
-    with open(out, "a", encoding="utf-8") as fh, tqdm(total=n, initial=len(done & set(range(n))),
-                                                       desc="benefit labels", disable=not progress) as bar:
-        for qi in range(n):
-            if qi in done:
-                continue
+    with open(path, "a", encoding="utf-8") as fh, tqdm(total=total if total is not None else len(questions),
+                                                        initial=initial, desc="benefit labels",
+                                                        disable=not progress) as bar:
+        for qi in questions:
             if max_minutes is not None and time.perf_counter() - t0 > 60 * max_minutes:
                 log.info("time budget reached after %d new questions", new)
                 break
@@ -98,23 +146,25 @@ def run(env_config, out: str | Path, max_questions: int | None = None,
             os.fsync(fh.fileno())
             new += 1
             bar.update(1)
-    rows = [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()]
-    steps = [s for r in rows for s in r["steps"]]
-    summary = {"questions": len(rows), "steps": len(steps),
-               "helped": sum(s["benefit"] > 0 for s in steps), "hurt": sum(s["benefit"] < 0 for s in steps),
-               "seconds_new": round(time.perf_counter() - t0, 1), "new_questions": new}
-    log.info("benefit labels: %s -> %s", summary, out)
-    return summary
+    return new
+
+
+def _label_shard(cfg: dict, questions: list[int], path: str, max_minutes: float | None, progress: bool) -> int:
+    """One process of a multi-process run: its own env (reasoner), its questions into its own file."""
+    from envs.registration import make_env
+
+    return _label_into(make_env(None, cfg), questions, Path(path), max_minutes, progress)
 
 
 #: training-free signals ranked against the labels, each in its own declared error direction
 #: (``agents.signals.base.signal_meta``: higher score = retrieve after the sign)
-RANKED_SIGNALS = ("minprob", "maxprob", "ppl", "entropy", "rsus", "u_ent")
+RANKED_SIGNALS = ("minprob", "maxprob", "ppl", "entropy", "rsus", "u_ent", "u_verb", "u_cons")
 
 
 def summarize(path: str | Path, n_boot: int = 1000) -> dict[str, Any]:
     """Label statistics and how well each training-free signal ranks the steps that retrieval helps
-    (AUROC of ``benefit > 0`` with a question-level bootstrap CI)."""
+    (AUROC of ``benefit > 0`` with a question-level bootstrap CI). A signal masked on some steps (U_verb where the
+    model's reply held no number) is ranked on the steps that have it: ``n`` and ``coverage`` say how many."""
     import numpy as np
 
     from eval.stats import auroc, bootstrap_auroc_ci
@@ -136,12 +186,13 @@ def summarize(path: str | Path, n_boot: int = 1000) -> dict[str, Any]:
 
         for name in RANKED_SIGNALS:
             sign = signal_meta(name)["error_direction"]
-            vals = [s["signals"].get(name) for _, s in steps]
-            if any(v is None for v in vals):
+            has = np.array([s["signals"].get(name) is not None for _, s in steps])
+            if not 0 < y[has].sum() < has.sum():  # absent, or one class only among the steps that have it
                 continue
-            score = sign * np.asarray(vals, dtype=float)
-            lo, hi = bootstrap_auroc_ci(y, score, groups=groups, n_boot=n_boot)
-            out["auroc"][name] = {"auroc": auroc(y, score), "ci": [lo, hi]}
+            score = sign * np.asarray([s["signals"][name] for (_, s), h in zip(steps, has) if h], dtype=float)
+            lo, hi = bootstrap_auroc_ci(y[has], score, groups=groups[has], n_boot=n_boot)
+            out["auroc"][name] = {"auroc": auroc(y[has], score), "ci": [lo, hi], "n": int(has.sum()),
+                                  "coverage": float(has.mean())}
     return out
 
 
@@ -156,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="JSONL output (appended; reruns resume)")
     p.add_argument("--max-questions", type=int, default=None)
     p.add_argument("--max-minutes", type=float, default=None, help="stop starting new questions after this long")
+    p.add_argument("--workers", type=int, default=1, help="labelling processes (one CPU and one reasoner each; the "
+                                                           "labels are the same for any number)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--summarize", action="store_true", help="only summarise --out (labels, signal AUROCs)")
     args = p.parse_args(argv)
@@ -165,7 +218,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(summarize(args.out), indent=1))
         return 0
     env_cfg = env_config_from_file(args.config, args.split)
-    print(json.dumps(run(env_cfg, args.out, args.max_questions, args.max_minutes, not args.no_progress)))
+    if args.workers < 1:
+        p.error(f"--workers: expected an integer >= 1, got {args.workers}")
+    print(json.dumps(run(env_cfg, args.out, args.max_questions, args.max_minutes, not args.no_progress, args.workers)))
     return 0
 
 

@@ -21,11 +21,21 @@ def test_shipped_presets_load(name):
 
 def test_every_config_file_is_covered():
     covered = set(KINDS) | {p.name for pat in ("train_*.yaml", "bench_*.yaml", "querygen_*.yaml", "rsus_*.yaml",
-                                               "suite_*.yaml", "serve_*.yaml", "probe_*.yaml")
+                                               "suite_*.yaml", "serve_*.yaml", "probe_*.yaml",
+                                               "env_*.yaml")
                                      for p in CONFIGS.glob(pat)}
     assert {p.name for p in CONFIGS.glob("*.yaml")} <= covered
     listed = {str(Path(b).resolve()) for s in CONFIGS.glob("suite_*.yaml") for b in _suite(s).benchmarks}
     assert {str(p.resolve()) for p in (CONFIGS / "seed").glob("*.yaml")} <= listed  # every seed config in a suite
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("env_*.yaml")), ids=lambda p: p.name)
+def test_env_presets_load(path):
+    """Every env YAML (what ``--env-config`` / ``python -m eval.benefit_labels --config`` read) is an EnvConfig."""
+    from envs.env_config import env_config_from_file
+
+    cfg = env_config_from_file(path)
+    assert EnvConfig.from_dict(cfg.to_dict()) == cfg
 
 
 @pytest.mark.parametrize("path", sorted(CONFIGS.glob("serve_*.yaml")), ids=lambda p: p.name)

@@ -41,6 +41,29 @@ def test_retrieval_benefit_labels_resume_and_match_the_env(tmp_path):
     assert [json.loads(x)["question_index"] for x in out.read_text().splitlines()] == [0, 1, 2]
 
 
+def test_benefit_labels_in_two_processes_equal_one_and_a_killed_run_merges(tmp_path):
+    """``workers=2`` labels the questions left in two processes (own reasoner each, the cache shared): the merged file
+    holds exactly the rows one process writes, in question order; a killed run's shard file is merged by the next."""
+    from eval.benefit_labels import run
+
+    cfg = {"split": "test", "max_questions": 4, "signals": ["output"], "rsus_components": ["ent"],
+           "cache_path": str(tmp_path / "cache.sqlite")}
+    one, two = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
+    run({**cfg, "cache_path": str(tmp_path / "c1.sqlite")}, one, progress=False)
+    rows_one = [json.loads(x) for x in one.read_text().splitlines()]
+    first = json.dumps({**rows_one[0], "seconds": 0.0})
+    two.with_name("two.jsonl.shard1").write_text(first + "\n" + '{"question_index": 3, "to')  # a killed worker's file
+    s = run(cfg, two, progress=False, workers=2)
+    assert s["questions"] == 4 and s["new_questions"] == 3, s
+    assert not list(tmp_path.glob("two.jsonl.shard*"))
+    rows_two = [json.loads(x) for x in two.read_text().splitlines()]
+    assert [r["question_index"] for r in rows_two] == [0, 1, 2, 3]
+    strip = lambda r: {k: v for k, v in r.items() if k != "seconds"}  # noqa: E731
+    assert [strip(r) for r in rows_two] == [strip(r) for r in rows_one]
+    with pytest.raises(ValueError, match="workers: expected an integer >= 1"):
+        run(cfg, two, progress=False, workers=0)
+
+
 def test_benefit_label_summary(tmp_path):
     from eval.benefit_labels import summarize
 
@@ -54,6 +77,15 @@ def test_benefit_label_summary(tmp_path):
     assert (s["questions"], s["steps"], s["helped"], s["hurt"]) == (3, 5, 2, 0)
     assert s["auroc"]["minprob"]["auroc"] == 1.0 and s["auroc"]["entropy"]["auroc"] == 1.0  # low MinProb = helped
     assert s["mean_best_single_retrieval"] == pytest.approx(0.5)
+    assert "u_verb" not in s["auroc"] and s["auroc"]["minprob"]["coverage"] == 1.0
+    # U_verb masked on one step (a reply without a number): ranked on the four steps that have it
+    for r, verbs in zip(rows, [[0.9, 0.1], [0.2, 0.8], [None]]):
+        for st, v in zip(r["steps"], verbs):
+            if v is not None:
+                st["signals"]["u_verb"] = v
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    v = summarize(path, n_boot=50)["auroc"]["u_verb"]
+    assert (v["auroc"], v["n"], v["coverage"]) == (1.0, 4, 0.8)
 
 
 def test_benefit_step_dataset_joins_labels_with_the_generation_states(tmp_path):
