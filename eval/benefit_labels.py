@@ -23,6 +23,8 @@ Example (shell)::
 from __future__ import annotations
 
 import argparse
+import contextlib
+import glob
 import json
 import logging
 import os
@@ -72,15 +74,40 @@ def run(env_config, out: str | Path, max_questions: int | None = None,
     stops every process at about the same question index), each writing its own ``<out>.shard<i>`` file, merged
     into ``out`` when they finish — or by the next run, if one was killed. A question's label does not depend on the
     process that made it (tested): the trajectory cache (sqlite) is shared by all of them."""
-    from envs.core.io import read_done_rows, write_text
     from envs.env_config import EnvConfig
-    from envs.registration import make_env
 
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers: expected an integer >= 1, got {workers!r}")
     cfg = env_config if isinstance(env_config, EnvConfig) else EnvConfig.from_dict(dict(env_config))
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    with _lock(out):  # one run per output file: a second would merge (and remove) the first one's live shard files
+        return _run(cfg, out, max_questions, max_minutes, progress, workers)
+
+
+@contextlib.contextmanager
+def _lock(out: Path):
+    """An exclusive lock on ``<out>.lock`` for the run, or an error naming the file (released when the process ends,
+    however it ends)."""
+    import fcntl
+
+    path = out.with_name(f"{out.name}.lock")
+    with open(path, "a", encoding="utf-8") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RuntimeError(f"{out}: another benefit-labels run is writing it (lock {path}); wait for it to end or "
+                               "choose another --out") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _run(cfg, out: Path, max_questions, max_minutes, progress: bool, workers: int) -> dict[str, Any]:
+    from envs.core.io import read_done_rows, write_text
+    from envs.registration import make_env
+
     rows_done = _merge_shards(out, read_done_rows, write_text)
     env = make_env(None, cfg)  # the driver's too: the split's questions (and its config checked) before any worker starts
     n = len(env.unwrapped.c.questions[: cfg.max_questions or None])  # the env's questions
@@ -92,6 +119,8 @@ def run(env_config, out: str | Path, max_questions: int | None = None,
     else:
         from train.warmstart import map_shards
 
+        env.close()  # the driver only counted the questions: its reasoner's memory goes back before the workers load theirs
+        del env
         shards = [todo[i::workers] for i in range(min(workers, len(todo)))]
         log.info("benefit labels: %d questions left in %d processes", len(todo), len(shards))
         new = sum(map_shards(_label_shard, [(cfg.to_dict(), shard, str(_shard_path(out, i)), max_minutes,
@@ -114,7 +143,7 @@ def _merge_shards(out: Path, read_done_rows, write_text) -> dict[int, dict[str, 
     """``out``'s finished rows with those of any ``<out>.shard<i>`` files (a multi-process run's, finished or
     killed) merged in, ordered by question; written back atomically, the shard files removed after."""
     rows = read_done_rows(out)
-    shards = sorted(out.parent.glob(f"{out.name}.shard*"))
+    shards = sorted(out.parent.glob(f"{glob.escape(out.name)}.shard*"))  # a name may hold [ ] (a split)
     for sp in shards:
         for qi, row in read_done_rows(sp).items():
             rows.setdefault(qi, row)

@@ -105,24 +105,24 @@ def _run(args, out: Path) -> int:
         _check_observation(tcfg, bcfg, args.train_config, args.bench_config)
 
     world = load_artifact(None)
-    log.info("[1/3] micro-world %s: competence and throughput", world.path)
+    log.info("[1/4] micro-world %s: competence and throughput", world.path)
     metrics = evaluate_world(world, split="test", n=args.n, throughput=True)
     write_json(out / "microworld_eval.json", metrics)
     timings["world_eval_s"] = time.perf_counter() - t0
 
     psum = None
     if proxy:
-        log.info("[2/3] the U_verb proxy the recipe's RSUS reads (%s → %s)", args.proxy_config, proxy["out"])
+        log.info("[2/4] the U_verb proxy the recipe's RSUS reads (%s → %s)", args.proxy_config, proxy["out"])
         t1 = time.perf_counter()
         psum = _train_proxy(proxy)
         timings["proxy_s"] = time.perf_counter() - t1
-    log.info("[2/3] training a retrieval policy (%s)", args.train_config)
+    log.info("[3/4] training a retrieval policy (%s)", args.train_config)
     t1 = time.perf_counter()
     tsum = train(tcfg, resume=True, show_progress=False)
     plot_curves(out / "train" / "metrics.jsonl", out / "train" / "curves.png")
     timings["train_s"] = time.perf_counter() - t1
 
-    log.info("[3/3] benchmark against calibrated fixed triggers (%s)", args.bench_config)
+    log.info("[4/4] benchmark against calibrated fixed triggers (%s)", args.bench_config)
     lam = tcfg.curriculum["retrieval_calls"].end if "retrieval_calls" in tcfg.curriculum else None
     config_out = Path(raw.get("out_dir") or TrainConfig().out_dir)
     for m in bcfg.methods:  # the benchmark's learned methods point into the run this job just trained

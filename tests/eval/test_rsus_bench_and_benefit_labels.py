@@ -48,20 +48,25 @@ def test_benefit_labels_in_two_processes_equal_one_and_a_killed_run_merges(tmp_p
 
     cfg = {"split": "test", "max_questions": 4, "signals": ["output"], "rsus_components": ["ent"],
            "cache_path": str(tmp_path / "cache.sqlite")}
-    one, two = tmp_path / "one.jsonl", tmp_path / "two.jsonl"
+    one, two = tmp_path / "one.jsonl", tmp_path / "two_dev[0:4].jsonl"  # a name that is not a glob of itself
     run({**cfg, "cache_path": str(tmp_path / "c1.sqlite")}, one, progress=False)
     rows_one = [json.loads(x) for x in one.read_text().splitlines()]
     first = json.dumps({**rows_one[0], "seconds": 0.0})
-    two.with_name("two.jsonl.shard1").write_text(first + "\n" + '{"question_index": 3, "to')  # a killed worker's file
+    two.with_name(two.name + ".shard1").write_text(first + "\n" + '{"question_index": 3, "to')  # a killed worker's file
     s = run(cfg, two, progress=False, workers=2)
     assert s["questions"] == 4 and s["new_questions"] == 3, s
-    assert not list(tmp_path.glob("two.jsonl.shard*"))
+    assert not [p for p in tmp_path.iterdir() if ".shard" in p.name]
     rows_two = [json.loads(x) for x in two.read_text().splitlines()]
     assert [r["question_index"] for r in rows_two] == [0, 1, 2, 3]
     strip = lambda r: {k: v for k, v in r.items() if k != "seconds"}  # noqa: E731
     assert [strip(r) for r in rows_two] == [strip(r) for r in rows_one]
     with pytest.raises(ValueError, match="workers: expected an integer >= 1"):
         run(cfg, two, progress=False, workers=0)
+    from eval.benefit_labels import _lock
+
+    with _lock(two):  # another run holds the file: a second refuses, naming it, and writes nothing
+        with pytest.raises(RuntimeError, match="another benefit-labels run is writing it"):
+            run(cfg, two, progress=False, max_questions=1)
 
 
 def test_benefit_label_summary(tmp_path):
