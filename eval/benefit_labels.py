@@ -105,10 +105,9 @@ def _lock(out: Path):
 
 
 def _run(cfg, out: Path, max_questions, max_minutes, progress: bool, workers: int) -> dict[str, Any]:
-    from envs.core.io import read_done_rows, write_text
     from envs.registration import make_env
 
-    rows_done = _merge_shards(out, read_done_rows, write_text)
+    rows_done = _merge_shards(out)
     env = make_env(None, cfg)  # the driver's too: the split's questions (and its config checked) before any worker starts
     n = len(env.unwrapped.c.questions[: cfg.max_questions or None])  # the env's questions
     n = n if max_questions is None else min(max_questions, n)
@@ -125,7 +124,7 @@ def _run(cfg, out: Path, max_questions, max_minutes, progress: bool, workers: in
         log.info("benefit labels: %d questions left in %d processes", len(todo), len(shards))
         new = sum(map_shards(_label_shard, [(cfg.to_dict(), shard, str(_shard_path(out, i)), max_minutes,
                                               progress and i == 0) for i, shard in enumerate(shards)]))
-        _merge_shards(out, read_done_rows, write_text)
+        _merge_shards(out)
     rows = [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()] if out.is_file() else []
     steps = [s for r in rows for s in r["steps"]]
     summary = {"questions": len(rows), "steps": len(steps),
@@ -139,9 +138,11 @@ def _shard_path(out: Path, i: int) -> Path:
     return out.with_name(f"{out.name}.shard{i}")
 
 
-def _merge_shards(out: Path, read_done_rows, write_text) -> dict[int, dict[str, Any]]:
+def _merge_shards(out: Path) -> dict[int, dict[str, Any]]:
     """``out``'s finished rows with those of any ``<out>.shard<i>`` files (a multi-process run's, finished or
     killed) merged in, ordered by question; written back atomically, the shard files removed after."""
+    from envs.core.io import read_done_rows, write_text
+
     rows = read_done_rows(out)
     shards = sorted(out.parent.glob(f"{glob.escape(out.name)}.shard*"))  # a name may hold [ ] (a split)
     for sp in shards:
