@@ -23,7 +23,6 @@ Example (shell)::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import glob
 import json
 import logging
@@ -81,27 +80,10 @@ def run(env_config, out: str | Path, max_questions: int | None = None,
     cfg = env_config if isinstance(env_config, EnvConfig) else EnvConfig.from_dict(dict(env_config))
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with _lock(out):  # one run per output file: a second would merge (and remove) the first one's live shard files
+    from envs.core.runlock import output_lock
+
+    with output_lock(out):  # one run per output file: a second would merge (and remove) the first one's live shards
         return _run(cfg, out, max_questions, max_minutes, progress, workers)
-
-
-@contextlib.contextmanager
-def _lock(out: Path):
-    """An exclusive lock on ``<out>.lock`` for the run, or an error naming the file (released when the process ends,
-    however it ends)."""
-    import fcntl
-
-    path = out.with_name(f"{out.name}.lock")
-    with open(path, "a", encoding="utf-8") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RuntimeError(f"{out}: another benefit-labels run is writing it (lock {path}); wait for it to end or "
-                               "choose another --out") from None
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _run(cfg, out: Path, max_questions, max_minutes, progress: bool, workers: int) -> dict[str, Any]:

@@ -103,6 +103,8 @@ def _run(args, out: Path) -> int:
         except ValueError as e:  # the flag the user wrote is --test
             raise type(e)(str(e).replace(f"--set test={args.test}", f"--test {args.test}")) from None
         _check_observation(tcfg, bcfg, args.train_config, args.bench_config)
+    if proxy and _kept_proxy(proxy) is None:
+        _refuse_stale_training(out / "train", proxy, args.proxy_config)
 
     world = load_artifact(None)
     log.info("[1/4] micro-world %s: competence and throughput", world.path)
@@ -214,20 +216,49 @@ def _retarget(raw: dict, proxy: dict | None) -> dict:
 def _train_proxy(proxy: dict) -> dict:
     """Train the proxy into ``proxy['out']`` — or keep the one a previous run of this job finished there with the
     same config (its metrics.json is written last) — and return its held-out AUROC and seconds."""
-    import json
-
     from policies.probes.pipeline import train_probe
 
-    cfg, out = proxy["config"], Path(proxy["out"])
-    done = out / "metrics.json"
-    if done.is_file() and (out / "probe.json").is_file():
-        info = json.loads((out / "probe.json").read_text()).get("info", {})
-        if info.get("train_config") == cfg.to_dict():
-            log.info("U_verb proxy: kept the one this job trained before (%s)", out)
-            return {"kept": True, **_proxy_auroc(json.loads(done.read_text()))}
+    cfg = proxy["config"]
+    kept = _kept_proxy(proxy)
+    if kept is not None:
+        log.info("U_verb proxy: kept the one this job trained before (%s)", proxy["out"])
+        return {"kept": True, **_proxy_auroc(kept)}
     t = time.perf_counter()
     _, report = train_probe(cfg)
     return {"kept": False, "seconds": time.perf_counter() - t, **_proxy_auroc(report)}
+
+
+def _kept_proxy(proxy: dict) -> dict | None:
+    """The report of the proxy a previous run of this job finished in ``proxy['out']`` with the same config (its
+    metrics.json is written last), or None when this job has to train it."""
+    import json
+
+    out = Path(proxy["out"])
+    done, probe = out / "metrics.json", out / "probe.json"
+    if not (done.is_file() and probe.is_file()):
+        return None
+    try:
+        info = json.loads(probe.read_text()).get("info", {})
+        report = json.loads(done.read_text()) if info.get("train_config") == proxy["config"].to_dict() else None
+    except ValueError as e:  # a torn or hand-edited file: not this job's finished proxy, and said so
+        log.warning("U_verb proxy in %s: unreadable (%s); training it again", out, e)
+        return None
+    return report
+
+
+def _refuse_stale_training(train_dir: Path, proxy: dict, proxy_config: str) -> None:
+    """A rerun that has to (re)train the proxy must not resume a policy, reuse warm-start labels or benchmark rows
+    computed on the observations of another proxy: an error naming the folders, before any work."""
+    bench_dir = train_dir.parent / "bench"
+    stale = [p for p in (train_dir / "checkpoints", train_dir / "warmstart", train_dir / "metrics.jsonl",
+                         bench_dir / "per_question")
+             if (p.is_file() and p.stat().st_size > 0) or (p.is_dir() and any(p.iterdir()))]
+    if stale:
+        raise FileExistsError(
+            f"--proxy-config {proxy_config}: the U_verb proxy in {proxy['out']} was trained with another config (or "
+            f"not finished), but the folder holds a run on the old proxy's observations "
+            f"({', '.join(str(p.relative_to(train_dir.parent)) for p in stale)}); remove {train_dir} and {bench_dir} "
+            f"(and {proxy['out']}) to run everything again, or give another --out")
 
 
 def _proxy_auroc(report: dict) -> dict:

@@ -246,6 +246,21 @@ def test_quickstart_refuses_a_proxy_config_that_trains_another_probe_than_the_re
     assert sorted(p.name for p in out.iterdir()) == [".kairos-quickstart"]
 
 
+def test_quickstart_refuses_to_resume_a_policy_trained_on_another_proxy(tmp_path):
+    """A rerun into a quickstart folder whose U_verb proxy must be trained again (another proxy config, or none
+    finished) while the folder holds a training run: that run's policy and warm-start labels saw the old proxy's
+    scores, so resuming it would mix two observations — an error naming the training folder, before any work."""
+    from eval.quickstart import MARKER
+
+    out = tmp_path / "qs"
+    (out / "train" / "checkpoints" / "checkpoint_000001").mkdir(parents=True)
+    (out / MARKER).write_text("{}\n")
+    r = _run(["eval", "quickstart", "--out", str(out)])
+    _one_line_error(r, f"the U_verb proxy in {out / 'probes' / 'rsus_proxy'} was trained with another config (or "
+                    "not finished)", f"remove {out / 'train'} and {out / 'bench'}", "(train/checkpoints)")
+    assert not (out / "microworld_eval.json").exists() and not (out / "probes").exists()
+
+
 def test_quickstart_refuses_a_benchmark_whose_learned_rows_would_see_another_observation(tmp_path):
     """The policy this job trains observes RSUS[verb(proxy),ent]; a bench config whose env computes another RSUS would
     evaluate it on observations it never saw: an error naming the row and the key, before any work."""

@@ -33,10 +33,10 @@ def test_quickstart_trains_benchmarks_and_reports(tmp_path):
     (tmp_path / "train.yaml").write_text(yaml.safe_dump(train))
     (tmp_path / "bench.yaml").write_text(yaml.safe_dump(bench))
     out = tmp_path / "qs"
-    r = subprocess.run([sys.executable, "-m", "eval", "quickstart", "--out", str(out), "--n", "16",
-                        "--train-config", str(tmp_path / "train.yaml"), "--bench-config", str(tmp_path / "bench.yaml"),
-                        "--proxy-config", str(tmp_path / "proxy.yaml")],
-                       capture_output=True, text=True, timeout=1200)
+    cmd = [sys.executable, "-m", "eval", "quickstart", "--out", str(out), "--n", "16",
+           "--train-config", str(tmp_path / "train.yaml"), "--bench-config", str(tmp_path / "bench.yaml"),
+           "--proxy-config", str(tmp_path / "proxy.yaml")]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
     assert r.returncode == 0, r.stderr[-3000:]
     assert f"report: {(out / 'report.md').resolve()}" in r.stdout
     report = (out / "report.md").read_text()
@@ -73,3 +73,18 @@ def test_quickstart_trains_benchmarks_and_reports(tmp_path):
     assert json.loads((out / "timings.json").read_text())["proxy_s"] > 0
     m = json.loads((out / "microworld_eval.json").read_text())
     assert m["targets"]["known_recall>=0.95"]["met"]
+
+    # a rerun keeps the proxy and the finished policy; a rerun with another proxy config refuses before any work
+    # (its policy was trained on the old proxy's observations), naming the training folder
+    proxy_json = (out / "probes" / "rsus_proxy" / "probe.json").read_bytes()
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "U_verb proxy: kept the one this job trained before" in r.stderr and "nothing to train" in r.stderr
+    assert (out / "probes" / "rsus_proxy" / "probe.json").read_bytes() == proxy_json
+    proxy["max_epochs"] = 4
+    (tmp_path / "proxy.yaml").write_text(yaml.safe_dump(proxy))
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and f"remove {out / 'train'} and {out / 'bench'}" in r.stderr, r.stderr[-3000:]
+    assert "train/checkpoints" in r.stderr and "bench/per_question" in r.stderr
+    assert "[1/4]" not in r.stderr  # refused before the world check
+    assert (out / "probes" / "rsus_proxy" / "probe.json").read_bytes() == proxy_json

@@ -64,23 +64,30 @@ class FolderLock:
     Args:
         folder: the output folder.
         command: what the holder is, for the message a second run shows (default: this process's command line).
+        lock_name: the lock file's name in ``folder`` (:func:`output_lock` locks one output *file* with
+            ``<file>.lock``, so runs writing other files of the folder are not excluded).
+        target: what the lock guards, for the messages (default: the folder).
     """
 
-    _held: dict[str, FolderLock] = {}  # folder (resolved) -> the lock this process holds on it
+    _held: dict[str, FolderLock] = {}  # lock file (resolved) -> the lock this process holds on it
 
-    def __init__(self, folder: str | Path, command: str | None = None):
+    def __init__(self, folder: str | Path, command: str | None = None, lock_name: str = LOCK_NAME,
+                 target: str | Path | None = None):
         self.folder = Path(folder)
         self.command = command or _command()
+        self.lock_name = lock_name
+        self.target = Path(target) if target is not None else self.folder
         self._fd: int | None = None
+        self._key: str | None = None
         self._nested = False
 
     @property
     def path(self) -> Path:
-        return self.folder / LOCK_NAME
+        return self.folder / self.lock_name
 
     def acquire(self) -> FolderLock:
         make_dir(self.folder)
-        key = str(self.folder.resolve())
+        key = str(self.path.resolve())
         if key in FolderLock._held:  # this process holds it already (e.g. quickstart → train on one folder)
             self._nested = True
             return self
@@ -95,8 +102,9 @@ class FolderLock:
                 holder = _read(fd)
                 os.close(fd)
                 raise FolderBusyError(
-                    f"{self.folder} is in use by another run ({_holder_text(holder) if holder else 'holder unknown'}); "
-                    "wait for it to finish, stop it, or use another output folder") from None
+                    f"{self.target} is in use by another run ({_holder_text(holder) if holder else 'holder unknown'}); "
+                    f"wait for it to finish, stop it, or use another output {'folder' if self.target == self.folder else 'file'}"
+                ) from None
             except OSError as e:  # a file system without locks
                 os.close(fd)
                 raise output_error(e, self.path, "lock") from e
@@ -109,10 +117,10 @@ class FolderLock:
                 continue
             break
         else:  # pragma: no cover - a pathological churn of holders
-            raise FolderBusyError(f"{self.folder}: could not take the lock {self.path} (it keeps changing)")
+            raise FolderBusyError(f"{self.target}: could not take the lock {self.path} (it keeps changing)")
         old = _read(fd)
         if old:  # the file names a holder, and we got the lock: that holder is gone without releasing it
-            log.warning("%s: taking over the lock left by a run that is no longer running (%s)", self.folder,
+            log.warning("%s: taking over the lock left by a run that is no longer running (%s)", self.target,
                         _holder_text(old))
         me = {"pid": os.getpid(), "host": socket.gethostname(), "command": self.command, "started": time.time()}
         try:
@@ -123,6 +131,7 @@ class FolderLock:
             os.close(fd)
             raise output_error(e, self.path) from e
         self._fd = fd
+        self._key = key  # kept: a relative folder resolves elsewhere once the working directory changes
         FolderLock._held[key] = self
         return self
 
@@ -132,7 +141,7 @@ class FolderLock:
             return
         if self._fd is None:
             return
-        FolderLock._held.pop(str(self.folder.resolve()), None)
+        FolderLock._held.pop(self._key or str(self.path.resolve()), None)
         with contextlib.suppress(OSError):  # unlinked while still locked: a waiting opener sees another inode
             os.unlink(self.path)
         with contextlib.suppress(OSError):
@@ -159,4 +168,12 @@ def _read(fd: int) -> dict[str, Any] | None:
 
 def held(folder: str | Path) -> bool:
     """Whether this process holds ``folder``'s lock."""
-    return str(Path(folder).resolve()) in FolderLock._held
+    return str((Path(folder) / LOCK_NAME).resolve()) in FolderLock._held
+
+
+def output_lock(path: str | Path, command: str | None = None) -> FolderLock:
+    """The lock of one output *file* (``<path>.lock`` beside it): one run per file, while other runs write other
+    files of the same folder (e.g. two ``eval.benefit_labels`` runs into ``runs/labels/``). Same guarantees and
+    messages as :class:`FolderLock`, naming the file."""
+    path = Path(path)
+    return FolderLock(path.parent, command, lock_name=f"{path.name}.lock", target=path)

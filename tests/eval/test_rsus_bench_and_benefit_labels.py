@@ -62,11 +62,28 @@ def test_benefit_labels_in_two_processes_equal_one_and_a_killed_run_merges(tmp_p
     assert [strip(r) for r in rows_two] == [strip(r) for r in rows_one]
     with pytest.raises(ValueError, match="workers: expected an integer >= 1"):
         run(cfg, two, progress=False, workers=0)
-    from eval.benefit_labels import _lock
+    # another process holds the file: a second run refuses, naming it and its holder, and writes nothing
+    import re
+    import subprocess
+    import sys
 
-    with _lock(two):  # another run holds the file: a second refuses, naming it, and writes nothing
-        with pytest.raises(RuntimeError, match="another benefit-labels run is writing it"):
+    from envs.core.runlock import FolderBusyError, output_lock
+
+    before = two.read_bytes()
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from envs.core.runlock import output_lock; "
+                               "output_lock(sys.argv[1], 'label run A').acquire(); print('held', flush=True); "
+                               "time.sleep(120)", str(two)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(FolderBusyError, match=re.escape(str(two)) + " is in use by another run .*label run A.*"
+                           "another output file"):
             run(cfg, two, progress=False, max_questions=1)
+        with output_lock(tmp_path / "other.jsonl"):  # a run writing another file of the folder is not excluded
+            pass
+    finally:
+        holder.kill()
+        holder.wait()
+    assert two.read_bytes() == before
 
 
 def test_benefit_label_summary(tmp_path):
