@@ -239,11 +239,18 @@ def _kept_proxy(proxy: dict) -> dict | None:
         return None
     try:
         info = json.loads(probe.read_text()).get("info", {})
-        report = json.loads(done.read_text()) if info.get("train_config") == proxy["config"].to_dict() else None
+        # the config it was trained with, but for where it was written: that is the folder read here, however the
+        # --out that named it was spelled (relative or absolute)
+        same = _without_out(info.get("train_config")) == _without_out(proxy["config"].to_dict())
+        report = json.loads(done.read_text()) if same else None
     except ValueError as e:  # a torn or hand-edited file: not this job's finished proxy, and said so
         log.warning("U_verb proxy in %s: unreadable (%s); training it again", out, e)
         return None
     return report
+
+
+def _without_out(cfg) -> dict | None:
+    return {k: v for k, v in cfg.items() if k != "out"} if isinstance(cfg, dict) else None
 
 
 def _refuse_stale_training(train_dir: Path, proxy: dict, proxy_config: str) -> None:

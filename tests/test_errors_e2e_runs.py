@@ -261,6 +261,26 @@ def test_quickstart_refuses_to_resume_a_policy_trained_on_another_proxy(tmp_path
     assert not (out / "microworld_eval.json").exists() and not (out / "probes").exists()
 
 
+def test_quickstart_keeps_its_proxy_whether_out_was_spelled_relative_or_absolute(tmp_path, monkeypatch):
+    """The proxy a run finished in <out>/probes is this job's whatever spelling of --out named the folder (its config
+    differs from the rerun's only in ``out``); a config that differs in anything else is not kept."""
+    from envs.core.config import read_yaml_mapping
+    from eval.quickstart import PROXY_CONFIG, _kept_proxy, _proxy_plan
+
+    monkeypatch.chdir(ROOT)
+    raw = read_yaml_mapping("configs/train_microworld_rsus_verb_ent.yaml")
+    rel = Path(os.path.relpath(tmp_path / "qs", ROOT))
+    first, again = _proxy_plan(raw, PROXY_CONFIG, "t.yaml", rel), _proxy_plan(raw, PROXY_CONFIG, "t.yaml", tmp_path / "qs")
+    assert first["config"].out != again["config"].out  # the two spellings
+    folder = tmp_path / "qs" / "probes" / "rsus_proxy"
+    folder.mkdir(parents=True)
+    (folder / "probe.json").write_text(json.dumps({"info": {"train_config": first["config"].to_dict()}}))
+    (folder / "metrics.json").write_text(json.dumps({"eval": {"probe": {"auroc": 0.7}}}))
+    assert _kept_proxy(again) == {"eval": {"probe": {"auroc": 0.7}}}
+    other = dict(again, config=again["config"].replace(seed=again["config"].seed + 1))
+    assert _kept_proxy(other) is None
+
+
 def test_quickstart_refuses_a_benchmark_whose_learned_rows_would_see_another_observation(tmp_path):
     """The policy this job trains observes RSUS[verb(proxy),ent]; a bench config whose env computes another RSUS would
     evaluate it on observations it never saw: an error naming the row and the key, before any work."""
