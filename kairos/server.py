@@ -510,7 +510,7 @@ def run(args: Any) -> int:
         Console(stderr=True).print(
             f"[bold green]kairos serve[/] {config.replicas} replica(s) of {what} at [bold]{url}[/] — POST "
             f"{url}/v1/chat/completions (models: {', '.join(config.models)}), the trace inspector at {url}/; "
-            "Ctrl-C stops")
+            "Ctrl-C stops", soft_wrap=True)  # one line whatever the width: a wrapped URL or name breaks grep and log readers
         while not stopping.wait(1.0):
             pass
     finally:
