@@ -103,7 +103,8 @@ def _run(args, out: Path) -> int:
         except ValueError as e:  # the flag the user wrote is --test
             raise type(e)(str(e).replace(f"--set test={args.test}", f"--test {args.test}")) from None
         _check_observation(tcfg, bcfg, args.train_config, args.bench_config)
-    if proxy and _kept_proxy(proxy) is None:
+    kept = _kept_proxy(proxy) if proxy else None  # read once: the guard below and step [2/4] use it
+    if proxy and kept is None:
         _refuse_stale_training(out / "train", proxy, args.proxy_config)
 
     world = load_artifact(None)
@@ -116,7 +117,7 @@ def _run(args, out: Path) -> int:
     if proxy:
         log.info("[2/4] the U_verb proxy the recipe's RSUS reads (%s → %s)", args.proxy_config, proxy["out"])
         t1 = time.perf_counter()
-        psum = _train_proxy(proxy)
+        psum = _train_proxy(proxy, kept)
         timings["proxy_s"] = time.perf_counter() - t1
     log.info("[3/4] training a retrieval policy (%s)", args.train_config)
     t1 = time.perf_counter()
@@ -213,13 +214,12 @@ def _retarget(raw: dict, proxy: dict | None) -> dict:
     return raw
 
 
-def _train_proxy(proxy: dict) -> dict:
+def _train_proxy(proxy: dict, kept: dict | None) -> dict:
     """Train the proxy into ``proxy['out']`` — or keep the one a previous run of this job finished there with the
-    same config (its metrics.json is written last) — and return its held-out AUROC and seconds."""
+    same config (``kept``: its report, from :func:`_kept_proxy`) — and return its held-out AUROC and seconds."""
     from policies.probes.pipeline import train_probe
 
     cfg = proxy["config"]
-    kept = _kept_proxy(proxy)
     if kept is not None:
         log.info("U_verb proxy: kept the one this job trained before (%s)", proxy["out"])
         return {"kept": True, **_proxy_auroc(kept)}
@@ -250,6 +250,7 @@ def _kept_proxy(proxy: dict) -> dict | None:
 
 
 def _without_out(cfg) -> dict | None:
+    """A probe's train config as a mapping without ``out`` (None when it is not a mapping)."""
     return {k: v for k, v in cfg.items() if k != "out"} if isinstance(cfg, dict) else None
 
 
