@@ -60,6 +60,7 @@ class Components:
     #: proxy; info["masked_reasons"] says it per step); ``None`` when it is asked, proxied or not configured — found
     #: from the config and the reasoner when the components are built
     verb_unavailable: str | None = None
+    _warned_uncounted: bool = field(default=False, repr=False)  # U_cons samples without a token count: said once
 
     def __post_init__(self) -> None:
         if self.hooks is None:
@@ -143,12 +144,16 @@ class Components:
 
     # -- signals
     def precompute(self, steps: list, states: list) -> None:
-        """Batched work of the signals of many new steps, before :meth:`features` reads each: EigenScore's
+        """Sampling work of the signals of many new steps, before :meth:`features` reads each: EigenScore's
         sampled continuations of every step in one set of generation calls (into ``step.meta["eigen_states"]``;
-        a state's samples do not depend on the batch). The samples are paid by their step: their tokens are added
-        to ``step.n_tokens`` and their share of the calls' seconds to ``step.seconds`` (what the record, and so the
-        decision's cost, counts); ``step.meta["eigen_samples"]`` says how much of each was theirs."""
-        if not steps or "eigenscore" not in self.extractor.names:
+        a state's samples do not depend on the batch), and RSUS's U_cons samples (:meth:`_cons_samples`). The
+        samples are paid by their step: their tokens are added to ``step.n_tokens`` and their seconds to
+        ``step.seconds`` (what the record, and so the decision's cost and the observation's token count, counts);
+        ``step.meta["eigen_samples"]`` / ``["cons_samples"]`` say how much of each was theirs."""
+        if not steps:
+            return
+        self._cons_samples(steps, states)
+        if "eigenscore" not in self.extractor.names:
             return
         from agents.signals.hidden import sample_states_batch
 
@@ -158,6 +163,41 @@ class Components:
             step.meta["eigen_samples"] = {"k": EIGEN_SAMPLES, "tokens": s.tokens, "seconds": s.seconds}
             step.n_tokens += s.tokens
             step.seconds += s.seconds
+
+    def _cons_samples(self, steps: list, states: list) -> None:
+        """RSUS's U_cons samples of each step — ``k`` alternatives of the step from the state it was generated from,
+        the very call RSUS would make (``reasoner.sample_alternatives(state, k, seed + step.index)``: the same lines)
+        — into ``step.meta["alternatives"]``, where RSUS reads them, with what they cost added to the step. Only
+        where RSUS would sample: U_cons weighted, the backend able to sample, the step not gated out
+        (``cons_only_at_markers``). A backend that cannot count its samples' tokens (an OpenAI-compatible server
+        without ``usage``) is charged their seconds only, said in ``meta["cons_samples"]["tokens"]`` (``None``) and
+        logged once."""
+        import time
+
+        from agents.signals.rsus import has_discourse_marker
+
+        rsus = next((sig for sig in self.extractor.signals if sig.name == "rsus"), None)
+        if (rsus is None or not self.extractor.supported.get("rsus") or rsus.config.w_cons <= 0
+                or rsus.alternatives_fn is not None or rsus.reasoner is None):
+            return
+        cfg = rsus.config
+        for step, state in zip(steps, states):
+            if step.meta.get("alternatives") is not None or state is None:
+                continue
+            if cfg.cons_only_at_markers and not has_discourse_marker(step.content):
+                continue
+            t0 = time.perf_counter()
+            alts = rsus.reasoner.sample_alternatives(state, cfg.n_samples, seed=cfg.seed + step.index)
+            seconds = time.perf_counter() - t0
+            tokens = getattr(alts, "tokens", None)
+            if tokens is None and not self._warned_uncounted:
+                self._warned_uncounted = True
+                log.warning("U_cons: backend %s does not count its samples' tokens; they are charged their "
+                            "seconds only (meta['cons_samples']['tokens'] is None)", type(rsus.reasoner).__name__)
+            step.meta["alternatives"] = list(alts)
+            step.meta["cons_samples"] = {"k": cfg.n_samples, "tokens": tokens, "seconds": seconds}
+            step.n_tokens += int(tokens or 0)
+            step.seconds += seconds
 
     def features(self, step, state) -> tuple[dict[str, np.ndarray], dict[str, float], dict[str, float]]:
         """Observation groups, scalar signals and the group mask of one step."""
@@ -238,8 +278,11 @@ def _namespace(kind: str, identity, config: EnvConfig, reasoner: Any = None) -> 
     outcome_fields["max_retrievals_per_question"] = defaults.max_retrievals_per_question
     if "eigen" in config.signals or ("rsus" in config.signals and {"cons", "verb"} & set(config.rsus_components)):
         # 2: a regenerated step's sampled signals continue from the evidence-conditioned state (before: without it);
-        # 3 (EigenScore): its k samples' tokens and seconds are charged to the step's record (before: not counted)
-        outcome_fields["state_signals"] = 3 if "eigen" in config.signals else 2
+        # 3 (EigenScore): its k samples' tokens and seconds are charged to the step's record (before: not counted);
+        # 4 (U_cons): its k samples' tokens and seconds are charged to the step's record too (before: its seconds
+        # showed in the record's wall time only, its tokens nowhere)
+        cons = "rsus" in config.signals and "cons" in config.rsus_components
+        outcome_fields["state_signals"] = 4 if cons else 3 if "eigen" in config.signals else 2
     if not config.self_refine:  # off (the default): the namespace of runs made before the option existed
         outcome_fields.pop("self_refine", None)
     if not config.rerank:  # likewise

@@ -138,6 +138,8 @@ class ServedReasoner:
         return self.next_step([self.with_evidence(s, ev, mode) for s, ev in zip(states, evidence)])
 
     def sample_alternatives(self, state: ServedState, k: int, seed: int = 0) -> list[str]:
+        """The replica's backend's samples (an :class:`~agents.reasoners.base.Alternatives`: their token count
+        travels with them)."""
         import ray
 
         r = self._replica_of(state, {})

@@ -179,6 +179,42 @@ def test_rsus_options_gate_u_cons_at_discourse_markers():
         make_env("microworld", {"rsus_options": {"n_samples": 0}})
 
 
+def test_u_cons_samples_are_paid_by_their_step(tmp_path):
+    """U_cons's k samples are charged to the step they measure (as EigenScore's and U_verb's side turn are): the
+    record's tokens are the step's own plus exactly the samples' tokens (the same step in an env without U_cons,
+    and in one whose marker gating skips the sampling, has its own only); U_cons is the value RSUS computes from
+    the reasoner's own call on the same state (the same samples); a replay from the trajectory cache keeps both;
+    the cost shows in info and, through the token count, in the observation's history."""
+    import pickle
+
+    from agents.signals.rsus import u_cons
+    from envs.registration import make_env
+
+    base = {"split": "dev", "signals": ["output", "rsus"], "rsus_options": {"n_samples": 3}}
+    plain = make_env("microworld", {**base, "rsus_components": ["ent"], "cache_path": str(tmp_path / "p.sqlite")})
+    _, ip = plain.reset(options={"question_index": 1})
+    gated = make_env("microworld", {**base, "rsus_components": ["ent", "cons"],
+                                    "rsus_options": {"n_samples": 3, "cons_only_at_markers": True}})
+    _, ig = gated.reset(options={"question_index": 1})
+    cfg = {**base, "rsus_components": ["ent", "cons"], "cache_path": str(tmp_path / "c.sqlite")}
+    env = make_env("microworld", cfg)
+    obs, info = env.reset(options={"question_index": 1})
+    assert info["step_text"] == ip["step_text"] == ig["step_text"]
+    c = env.unwrapped.c
+    alts = c.reasoner.sample_alternatives(c.reasoner.start(c.question_text(env.unwrapped.ep.q)), 3, seed=0 + 1)
+    assert pickle.loads(pickle.dumps(alts)).tokens == alts.tokens >= 3  # (a reasoner service's reply keeps it)
+    assert info["tokens"] == ip["tokens"] + alts.tokens and ig["tokens"] == ip["tokens"]
+    assert info["signals"]["u_cons"] == pytest.approx(u_cons(list(alts)), abs=1e-6)
+    assert obs["history"][2] == pytest.approx(info["tokens"] / 100.0)
+    assert c.namespace != plain.unwrapped.c.namespace  # records made before the charge are never read back
+    again = make_env("microworld", cfg)  # read back from the cache, not sampled again
+    _, i2 = again.reset(options={"question_index": 1})
+    assert (i2["tokens"], i2["signals"]["u_cons"]) == (info["tokens"], info["signals"]["u_cons"])
+    assert again.unwrapped.cache.hits > 0
+    for e in (plain, gated, env, again):
+        e.close()
+
+
 def test_a_probe_on_a_step_without_hidden_states_is_masked_not_an_error(cfg):
     """A step with no content tokens has no pooled hidden states: a probe signal (PUlSE / ReProbe probes,
     ``EnvConfig.probes``) is masked there — listed in ``info["masked_signals"]`` — as PUlSE itself is; it used to

@@ -22,6 +22,26 @@ class Capabilities:
         return [r for r in requires if not getattr(self, r)]
 
 
+class Alternatives(list):
+    """What :meth:`Reasoner.sample_alternatives` returns: the ``k`` sampled lines (a ``list[str]``, so every caller
+    that reads lines is unchanged) and the ``tokens`` generating them took (every sampled token, as a step's
+    ``n_tokens`` counts its own; ``None`` when the backend cannot say, e.g. a server without ``usage``) — so the env
+    charges them to the step whose consistency they measure (RSUS's U_cons; :meth:`envs.components.Components.precompute`).
+
+    Example:
+        >>> alts = Alternatives(["Step 2 : a", "Step 2 : b"], tokens=9)
+        >>> list(alts), alts.tokens, alts == ["Step 2 : a", "Step 2 : b"]
+        (['Step 2 : a', 'Step 2 : b'], 9, True)
+    """
+
+    def __init__(self, lines=(), tokens: int | None = None):
+        super().__init__(lines)
+        self.tokens = None if tokens is None else int(tokens)
+
+    def __reduce__(self):  # pickled with its count (a reasoner service's reply crosses a process boundary)
+        return (Alternatives, (list(self), self.tokens))
+
+
 @dataclass
 class Step:
     """One generated reasoning step (one line) and the per-step data the signals need."""
@@ -100,7 +120,8 @@ class Reasoner(Protocol):
         raise NotImplementedError
 
     def sample_alternatives(self, state: Any, k: int, seed: int) -> list[str]:
-        """``k`` sampled alternative next steps (for consistency signals)."""
+        """``k`` sampled alternative next steps (for consistency signals); an :class:`Alternatives` when the
+        backend can count the tokens they took (the env charges them to the step)."""
         raise NotImplementedError
 
 

@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from agents.reasoners.base import Capabilities
+from agents.reasoners.base import Alternatives, Capabilities
 from agents.reasoners.models import (  # noqa: F401  (re-exported: the model helpers' historical home)
     SMOLLM2,
     SMOLLM2_PACKAGE,
@@ -293,8 +293,9 @@ class HFReasoner(TextStepReasoner):
         return self._run([s.gen for s in states], capture=True, sample=True, temperature=temperature,
                          generator=list(generators), no_stop_first=[bool(s.forced) for s in states])
 
-    def sample_alternatives(self, state: HFState, k: int, seed: int = 0, temperature: float = 1.0) -> list[str]:
-        """``k`` sampled next lines (seeded)."""
+    def sample_alternatives(self, state: HFState, k: int, seed: int = 0, temperature: float = 1.0
+                            ) -> Alternatives:
+        """``k`` sampled next lines (seeded), with the tokens they took (:class:`Alternatives`)."""
         g = torch.Generator(device=next(self.model.parameters()).device).manual_seed(seed)
         outs = self._run([state.gen] * k, capture=False, sample=True, temperature=temperature, generator=g)
-        return [self._line(o.ids) for o, _ in outs]
+        return Alternatives([self._line(o.ids) for o, _ in outs], tokens=sum(len(o.ids) for o, _ in outs))

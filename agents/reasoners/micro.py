@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from agents.reasoners.base import Capabilities, Step, content_pieces, run_chains
+from agents.reasoners.base import Alternatives, Capabilities, Step, content_pieces, run_chains
 from agents.reasoners.stepgen import GenState, generate_steps
 
 
@@ -200,13 +200,15 @@ class MicroReasoner:
         """Inverse of :meth:`snapshot` (the KV cache is recomputed by the next prefill)."""
         return restore(snap)
 
-    def sample_alternatives(self, state: MicroState, k: int, seed: int = 0, temperature: float = 1.0) -> list[str]:
-        """``k`` sampled next lines (seeded)."""
+    def sample_alternatives(self, state: MicroState, k: int, seed: int = 0, temperature: float = 1.0
+                            ) -> Alternatives:
+        """``k`` sampled next lines (seeded), with the tokens they took (:class:`Alternatives`)."""
         g = torch.Generator().manual_seed(seed)
         outs = generate_steps(self.model, [state.gen] * k, stop_ids=self.stop_ids, header_end_id=self.colon_id,
                               pad_id=self.tok.pad_id, max_new_tokens=self.max_step_tokens, capture_hidden=False,
                               sample=True, temperature=temperature, generator=g)
-        return [" ".join(self.tok.vocab[i] for i in o.ids if i not in self.stop_ids) for o in outs]
+        return Alternatives([" ".join(self.tok.vocab[i] for i in o.ids if i not in self.stop_ids) for o in outs],
+                            tokens=sum(len(o.ids) for o in outs))
 
     def run_chains(self, questions: list[str], max_steps: int = 8, front: list[list[str]] | None = None
                    ) -> list[list[Step]]:

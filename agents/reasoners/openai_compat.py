@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.reasoners.base import Capabilities, Step, run_chains
+from agents.reasoners.base import Alternatives, Capabilities, Step, run_chains
 from agents.reasoners.confidence import ConfidenceQuestion, record_confidence
 from agents.segmentation import STEP_INSTRUCTION, clean_content, join_forced, parse_header
 from envs.core.config import ConfigBase, ConfigError, helpf
@@ -504,16 +504,20 @@ class OpenAIReasoner:
         return dataclasses.replace(state, front=state.front + tuple(evidence))
 
     def sample_alternatives(self, state: OpenAIState, k: int, seed: int = 0, temperature: float = 1.0
-                            ) -> list[str]:
-        """``k`` sampled next lines (``n=k`` with a seed; one request per sample if the server ignores n)."""
+                            ) -> Alternatives:
+        """``k`` sampled next lines (``n=k`` with a seed; one request per sample if the server ignores n), with the
+        tokens they took as the server's ``usage`` states them (``None`` when a reply has no ``usage``: the
+        server's cut of the line is not ours, so the count is never guessed)."""
         out = self._request(state, n=k, temperature=temperature, logprobs=False, seed=seed)
         texts = [self._choice_text(c).split("\n", 1)[0].rstrip() for c in out["choices"]][:k]
+        used = [(out.get("usage") or {}).get("completion_tokens")]
         i = 0
         while len(texts) < k:
             o = self._request(state, n=1, temperature=temperature, logprobs=False, seed=seed + 1 + i)
             texts.append(self._choice_text(o["choices"][0]).split("\n", 1)[0].rstrip())
+            used.append((o.get("usage") or {}).get("completion_tokens"))
             i += 1
-        return texts
+        return Alternatives(texts, tokens=None if None in used else sum(int(u) for u in used))
 
     def run_chains(self, questions: list[str], max_steps: int | None = None,
                    front: list[list[str]] | None = None) -> list[list[Step]]:

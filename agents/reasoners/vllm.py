@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agents.reasoners.base import Capabilities
+from agents.reasoners.base import Alternatives, Capabilities
 from agents.reasoners.models import resolve_model
 from agents.reasoners.stepgen import GenState, StepOutput, token_transitions
 from agents.reasoners.textsteps import TextState, TextStepConfig, TextStepReasoner, eos_token_ids
@@ -227,11 +227,13 @@ class VLLMReasoner(TextStepReasoner):
             per_token[:, list(rows)] = h.float()
         return spread(h.float().mean(0)), spread(h[-1]), hf, token_transitions(per_token)
 
-    def sample_alternatives(self, state: TextState, k: int, seed: int = 0, temperature: float = 1.0) -> list[str]:
-        """``k`` sampled next lines, request ``i`` seeded with ``(seed, i)`` (the same lines in any batch)."""
+    def sample_alternatives(self, state: TextState, k: int, seed: int = 0, temperature: float = 1.0
+                            ) -> Alternatives:
+        """``k`` sampled next lines, request ``i`` seeded with ``(seed, i)`` (the same lines in any batch), with the
+        tokens they took (:class:`Alternatives`)."""
         outs = self._run([state.gen] * k, capture=False, sample=True, temperature=temperature,
                          seeds=[(int(seed) * 1_000_003 + i) % (2**31 - 1) for i in range(k)])
-        return [self._line(o.ids) for o, _ in outs]
+        return Alternatives([self._line(o.ids) for o, _ in outs], tokens=sum(len(o.ids) for o, _ in outs))
 
     def close(self) -> None:
         """Stop the engine's thread."""

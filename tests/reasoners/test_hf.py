@@ -160,6 +160,8 @@ def test_sampling_is_seeded(tok, random_model):
     s = r.start("x ?")
     a, b = r.sample_alternatives(s, 4, seed=3), r.sample_alternatives(s, 4, seed=3)
     assert a == b and len(a) == 4
+    # with the tokens they took (every sample at least its end token, at most the step budget)
+    assert a.tokens == b.tokens and 4 <= a.tokens <= 4 * 6
 
 
 def test_header_length_with_merged_bpe_tokens():

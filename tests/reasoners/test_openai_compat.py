@@ -57,7 +57,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             transcript = req["prompt"].split("Question: ", 1)[1]
         done = len(re.findall(r"^Step \d+:", transcript, flags=re.M))
-        choices = []
+        choices, generated = [], 0
         for i in range(req.get("n", 1)):
             toks, finish = _canned(done)
             if req.get("temperature", 0) > 0:
@@ -78,7 +78,9 @@ class _Handler(BaseHTTPRequestHandler):
                 c["text"] = text
                 c["logprobs"] = {"tokens": toks, "token_logprobs": lps, "top_logprobs": tops} if with_lp else None
             choices.append(c)
-        self._send(200, {"choices": choices, "usage": {"completion_tokens": len(toks)}})
+            generated += len(toks)
+        # usage: the tokens of every choice, as servers count n > 1 ("nousage": a server that leaves it out)
+        self._send(200, {"choices": choices, **({} if mode == "nousage" else {"usage": {"completion_tokens": generated}})})
 
 
 @pytest.fixture
@@ -161,6 +163,9 @@ def test_sample_alternatives(server):
     alts = r.sample_alternatives(r.start("q?"), k=3, seed=7)
     assert alts == ["Step 1: fact 1 sample0", "Step 1: fact 1 sample1", "Step 1: fact 1 sample2"]
     assert server.requests[-1][1]["seed"] == 7 and server.requests[-1][1]["n"] == 3
+    assert alts.tokens == 18  # the server's usage: 3 samples x 6 tokens (what the env charges the step for U_cons)
+    server.mode = "nousage"  # a server without usage: the count is unknown, never guessed from the text
+    assert r.sample_alternatives(r.start("q?"), k=3, seed=7).tokens is None
 
 
 def test_server_error_is_a_clear_error(server):

@@ -125,6 +125,7 @@ def test_sampling_is_seeded_and_batch_invariant(vllm_r):
     s = vllm_r.start(QUESTIONS[1])
     a = vllm_r.sample_alternatives(s, 3, seed=7)
     assert a == vllm_r.sample_alternatives(s, 3, seed=7) and len(set(a)) > 1
+    assert 3 <= a.tokens <= 3 * vllm_r.cfg.max_step_tokens  # the tokens they took (the env charges the step)
     assert vllm_r.sample_alternatives(s, 3, seed=8) != a
     # with other requests running beside it (another thread's greedy chains), the samples are the same
     out = {}
