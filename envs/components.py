@@ -166,7 +166,7 @@ class Components:
 
     def _cons_samples(self, steps: list, states: list) -> None:
         """RSUS's U_cons samples of each step — ``k`` alternatives of the step from the state it was generated from,
-        the very call RSUS would make (``reasoner.sample_alternatives(state, k, seed + step.index)``: the same lines)
+        the very call RSUS would make (``reasoner.sample_alternatives(state, k, seed + step.index)``: the same seed)
         — into ``step.meta["alternatives"]``, where RSUS reads them, with what they cost added to the step. Only
         where RSUS would sample: U_cons weighted, the backend able to sample, the step not gated out
         (``cons_only_at_markers``). A backend that cannot count its samples' tokens (an OpenAI-compatible server
