@@ -174,17 +174,13 @@ class Components:
         logged once."""
         import time
 
-        from agents.signals.rsus import has_discourse_marker
-
         rsus = next((sig for sig in self.extractor.signals if sig.name == "rsus"), None)
-        if (rsus is None or not self.extractor.supported.get("rsus") or rsus.config.w_cons <= 0
-                or rsus.alternatives_fn is not None or rsus.reasoner is None):
+        if (rsus is None or not self.extractor.supported.get("rsus") or rsus.alternatives_fn is not None
+                or rsus.reasoner is None):
             return
         cfg = rsus.config
         for step, state in zip(steps, states):
-            if step.meta.get("alternatives") is not None or state is None:
-                continue
-            if cfg.cons_only_at_markers and not has_discourse_marker(step.content):
+            if step.meta.get("alternatives") is not None or state is None or not rsus.scores_cons(step):
                 continue
             t0 = time.perf_counter()
             alts = rsus.reasoner.sample_alternatives(state, cfg.n_samples, seed=cfg.seed + step.index)

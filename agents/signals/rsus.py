@@ -333,11 +333,18 @@ class RSUS(SignalBase):
                 out["verb"] = 1.0 - float(step.meta["verbal_confidence"]) / 100.0
         if cfg.w_ent > 0 and self.scorer is not None:
             out["ent"] = _try(lambda: u_ent(step.content, self.scorer, cfg.bm25_k, self.entities_fn))
-        if cfg.w_cons > 0 and (not cfg.cons_only_at_markers or has_discourse_marker(step.content)):
+        if self.scores_cons(step):
             alts = self._alternatives(step, state)
             if alts is not None:
                 out["cons"] = _try(lambda: u_cons(alts, cfg.agreement))
         return out
+
+    def scores_cons(self, step: Step) -> bool:
+        """Whether U_cons is computed at ``step``: weighted, and not gated out (``cons_only_at_markers`` and no
+        discourse marker in the step) — where samples are drawn (the env draws them ahead:
+        :meth:`envs.components.Components.precompute`)."""
+        cfg = self.config
+        return cfg.w_cons > 0 and (not cfg.cons_only_at_markers or has_discourse_marker(step.content))
 
     def _alternatives(self, step: Step, state: Any) -> list[str] | None:
         if self.alternatives_fn is not None:
