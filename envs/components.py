@@ -166,7 +166,7 @@ class Components:
 
     def _cons_samples(self, steps: list, states: list) -> None:
         """RSUS's U_cons samples of each step — ``k`` alternatives of the step from the state it was generated from,
-        the very call RSUS would make (``reasoner.sample_alternatives(state, k, seed + step.index)``: the same seed)
+        the very call RSUS would make (:meth:`~agents.signals.rsus.RSUS.draw_alternatives`: the same seed)
         — into ``step.meta["alternatives"]``, where RSUS reads them, with what they cost added to the step. Only
         where RSUS would sample: U_cons weighted, the backend able to sample, the step not gated out
         (``cons_only_at_markers``). A backend that cannot count its samples' tokens (an OpenAI-compatible server
@@ -178,12 +178,11 @@ class Components:
         if (rsus is None or not self.extractor.supported.get("rsus") or rsus.alternatives_fn is not None
                 or rsus.reasoner is None):
             return
-        cfg = rsus.config
         for step, state in zip(steps, states):
             if step.meta.get("alternatives") is not None or state is None or not rsus.scores_cons(step):
                 continue
             t0 = time.perf_counter()
-            alts = rsus.reasoner.sample_alternatives(state, cfg.n_samples, seed=cfg.seed + step.index)
+            alts = rsus.draw_alternatives(step, state)
             seconds = time.perf_counter() - t0
             tokens = getattr(alts, "tokens", None)
             if tokens is None and not self._warned_uncounted:
@@ -191,7 +190,7 @@ class Components:
                 log.warning("U_cons: backend %s does not count its samples' tokens; they are charged their "
                             "seconds only (meta['cons_samples']['tokens'] is None)", type(rsus.reasoner).__name__)
             step.meta["alternatives"] = list(alts)
-            step.meta["cons_samples"] = {"k": cfg.n_samples, "tokens": tokens, "seconds": seconds}
+            step.meta["cons_samples"] = {"k": rsus.config.n_samples, "tokens": tokens, "seconds": seconds}
             step.n_tokens += int(tokens or 0)
             step.seconds += seconds
 

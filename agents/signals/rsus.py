@@ -352,8 +352,13 @@ class RSUS(SignalBase):
         if step.meta.get("alternatives") is not None:
             return list(step.meta["alternatives"])
         if self.reasoner is not None and state is not None:
-            return self.reasoner.sample_alternatives(state, self.config.n_samples, seed=self.config.seed + step.index)
+            return self.draw_alternatives(step, state)
         return None
+
+    def draw_alternatives(self, step: Step, state: Any) -> list[str]:
+        """The reasoner's ``n_samples`` alternatives of ``step`` from ``state`` (seeded ``seed + step.index``): the
+        call RSUS makes when it samples itself, and the env's precompute makes ahead of it."""
+        return self.reasoner.sample_alternatives(state, self.config.n_samples, seed=self.config.seed + step.index)
 
     def __call__(self, step: Step, state: Any = None) -> np.ndarray:
         c = self.components(step, state)
