@@ -52,14 +52,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_main)
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def percentile(xs: list[float], q: float) -> float:
     """The ``q``-th percentile (linear interpolation, as numpy's default).
 
@@ -135,7 +127,8 @@ def run_config(base, replicas: int, args, warm: list[str], bursts: list[list[str
 
     cfg = base.replace(replicas=replicas)
     t0 = time.perf_counter()
-    url = srv.start(cfg, log_to_driver=False)
+    url, cfg = srv.start_on_a_free_port(cfg, log_to_driver=False)
+    base.port = cfg.port  # the next replica count reuses the running proxy
     startup = time.perf_counter() - t0
     model = cfg.models[0]
     try:
@@ -211,7 +204,7 @@ def _main(args) -> int:
 
     args.config, args.model = None, None
     args.num_cpus = max(os.cpu_count() or 1, int(max(args.replica_counts) * args.replica_cpus + 0.999))
-    args.port = _free_port()
+    args.port = srv.free_port()
     base: ServeConfig = config_from_args(args)
     base.check_paths()
     base = base.resolved()

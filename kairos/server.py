@@ -372,6 +372,31 @@ def check_port_free(host: str, port: int) -> None:
                              "--port (or --host)") from None
 
 
+def free_port(host: str = "127.0.0.1", low: int = 20000) -> int:
+    """A port that binds on ``host`` now, drawn from below the kernel's ephemeral range (``ip_local_port_range``,
+    where every outgoing connection — Ray's own included — takes its local port) and above Ray's worker ports
+    (10002–19999): a port the OS hands out (``bind(0)``) is an ephemeral one, which any connection opened before
+    the server binds it can take."""
+    import random
+
+    try:
+        high = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0]) - 1
+    except (OSError, ValueError, IndexError):
+        high = 32767
+    if high <= low:
+        low, high = 1024, max(1025, high)
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randint(low, high)
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port on {host} in {low}-{high}")
+
+
 def init_ray(config: ServeConfig, temp_dir: str | None = None, log_to_driver: bool = True) -> None:
     """Connect to ``config.ray_address``, else start a private local Ray cluster (``temp_dir``: its own session
     directory). Workers import this source tree (``PYTHONPATH``)."""
@@ -426,6 +451,24 @@ def start(config: ServeConfig, temp_dir: str | None = None, log_to_driver: bool 
         raise ServeStartError(f"the '{config.app_name}' application did not start: {why.strip()}") from e
     host = "127.0.0.1" if config.host in ("0.0.0.0", "::") else config.host
     return f"http://{host}:{config.port}"
+
+
+def start_on_a_free_port(config: ServeConfig, attempts: int = 3, **kwargs: Any) -> tuple[str, ServeConfig]:
+    """:func:`start` on ``config.port``, and when Serve's proxy finds it taken (another process bound it between
+    the draw and the proxy's bind) shut Serve down and start again on another :func:`free_port`. Returns the URL
+    and the config it runs with. For benchmarks and tests, which own no fixed port; a user's ``--port`` is kept."""
+    from ray import serve
+
+    for attempt in range(attempts):
+        try:
+            return start(config, **kwargs), config
+        except Exception as e:  # noqa: BLE001 - Serve wraps the proxy's bind error in a RayTaskError
+            if "Failed to bind" not in str(e) or attempt == attempts - 1:
+                raise
+            log.warning("port %d was taken before Serve's proxy bound it; starting again on another", config.port)
+            serve.shutdown()
+            config = config.replace(port=free_port(config.host))
+    raise AssertionError("unreachable")
 
 
 def stop(config: ServeConfig | None = None, shutdown_ray: bool = True) -> None:

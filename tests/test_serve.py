@@ -7,7 +7,6 @@ batch); its start (Ray, Serve, the replica's pipeline) takes most of the time.""
 
 import asyncio
 import json
-import socket
 import tempfile
 import time
 
@@ -22,9 +21,9 @@ requests = pytest.importorskip("requests")
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    from kairos.server import free_port
+
+    return free_port()
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +62,7 @@ def server(trace_policy, traces_dir):
         "max_question_chars": 200, "models": ["kairos", "kairos-flare"], "traces": str(traces_dir),
         "health_check_period_s": 1.0, "health_check_timeout_s": 10.0,
         "pipeline": {"policy": policy, "env_config": env}})
-    url = srv.start(cfg, temp_dir=tempfile.mkdtemp(prefix="/tmp/kserve-"), log_to_driver=False)
+    url, cfg = srv.start_on_a_free_port(cfg, temp_dir=tempfile.mkdtemp(prefix="/tmp/kserve-"), log_to_driver=False)
     yield url, cfg
     srv.stop(cfg)
 
@@ -283,3 +282,53 @@ def test_a_killed_replica_is_replaced_by_serve(server, client, questions):
         time.sleep(1.0)
     assert answer is not None and answer["batch"]["replica"] != before, "no answer from a new replica in 180 s"
     assert requests.get(url + "/health").json()["replica"] == answer["batch"]["replica"]
+
+
+def test_free_port_binds_below_the_ephemeral_range():
+    """The benchmark's and tests' ports come from below the kernel's ephemeral range (where outgoing connections
+    take their local ports — the cause of a CI failure: the proxy's port taken before it bound) and bind now."""
+    import socket as so
+    from pathlib import Path
+
+    from kairos.server import free_port
+
+    rng = Path("/proc/sys/net/ipv4/ip_local_port_range")
+    ports = {free_port() for _ in range(20)}
+    if rng.is_file():
+        assert max(ports) < int(rng.read_text().split()[0])
+    assert min(ports) >= 20000 and len(ports) > 1
+    for port in list(ports)[:3]:
+        with so.socket() as s:
+            s.bind(("127.0.0.1", port))
+
+
+def test_start_on_a_free_port_moves_on_when_the_proxy_cannot_bind(monkeypatch):
+    """Serve's proxy failing to bind the drawn port: Serve is shut down and started again on another port; any
+    other start error goes up unchanged, and the last bind failure too."""
+    from ray import serve
+
+    from kairos import server as srv
+    from kairos.config import ServeConfig
+
+    seen, shutdowns = [], []
+
+    def fake_start(config, **kw):
+        seen.append(config.port)
+        if len(seen) < 2:
+            raise RuntimeError("ray::ProxyActor.ready() ... Failed to bind to address '127.0.0.1:%d'." % config.port)
+        return f"http://127.0.0.1:{config.port}"
+
+    monkeypatch.setattr(srv, "start", fake_start)
+    monkeypatch.setattr(serve, "shutdown", lambda: shutdowns.append(1))
+    cfg = ServeConfig.from_dict({"port": 8000, "pipeline": {"policy": "never"}})
+    url, got = srv.start_on_a_free_port(cfg)
+    assert seen[0] == 8000 and seen[1] != 8000 and got.port == seen[1] and url.endswith(f":{seen[1]}")
+    assert shutdowns == [1]
+
+    monkeypatch.setattr(srv, "start", lambda config, **kw: (_ for _ in ()).throw(ValueError("bad pipeline")))
+    with pytest.raises(ValueError, match="bad pipeline"):
+        srv.start_on_a_free_port(cfg)
+    monkeypatch.setattr(srv, "start", lambda config, **kw: (_ for _ in ()).throw(RuntimeError("Failed to bind")))
+    with pytest.raises(RuntimeError, match="Failed to bind"):
+        srv.start_on_a_free_port(cfg, attempts=2)
+    assert len(shutdowns) == 2

@@ -5,7 +5,6 @@ same answers with 1 and 2 replicas, the table and JSON written)."""
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -44,13 +43,12 @@ def test_kairos_serve_starts_answers_and_stops_on_sigterm(tmp_path, learned_expo
     pipeline's, π(retrieve) and the query-mode choice in each step."""
     openai = pytest.importorskip("openai")
     from kairos import Pipeline
+    from kairos.server import free_port
 
     q = "Which company does Kresvais 's spouse 's father 's mother work for ?"
     with Pipeline.from_policy(learned_export) as p:
         ref = p.answer(q).to_dict()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     y = tmp_path / "serve.yaml"
     y.write_text("max_batch_size: 4\nmodels: [learned]\npipeline:\n  policy: never\n")
     env = {**os.environ, "RAY_TMPDIR": tempfile.mkdtemp(prefix="/tmp/kcli-")}  # its own Ray session directory
