@@ -20,12 +20,6 @@ openai = pytest.importorskip("openai")
 requests = pytest.importorskip("requests")
 
 
-def _free_port() -> int:
-    from kairos.server import free_port
-
-    return free_port()
-
-
 @pytest.fixture(scope="module")
 def questions():
     from envs.core.microworld.artifact import load_artifact
@@ -58,7 +52,7 @@ def server(trace_policy, traces_dir):
 
     policy, env = trace_policy
     cfg = ServeConfig.from_dict({
-        "port": _free_port(), "num_cpus": 2, "replicas": 1, "max_batch_size": 16, "batch_wait_timeout_s": 0.3,
+        "port": srv.free_port(), "num_cpus": 2, "replicas": 1, "max_batch_size": 16, "batch_wait_timeout_s": 0.3,
         "max_question_chars": 200, "models": ["kairos", "kairos-flare"], "traces": str(traces_dir),
         "health_check_period_s": 1.0, "health_check_timeout_s": 10.0,
         "pipeline": {"policy": policy, "env_config": env}})
