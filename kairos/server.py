@@ -388,12 +388,11 @@ def free_port(host: str = "127.0.0.1", low: int = 20000) -> int:
     rng = random.Random()
     for _ in range(200):
         port = rng.randint(low, high)
-        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind((host, port))
-            except OSError:
-                continue
-            return port
+        try:
+            check_port_free(host, port)
+        except ValueError:
+            continue
+        return port
     raise RuntimeError(f"no free port on {host} in {low}-{high}")
 
 
@@ -459,16 +458,16 @@ def start_on_a_free_port(config: ServeConfig, attempts: int = 3, **kwargs: Any) 
     and the config it runs with. For benchmarks and tests, which own no fixed port; a user's ``--port`` is kept."""
     from ray import serve
 
-    for attempt in range(attempts):
+    for _ in range(attempts - 1):
         try:
             return start(config, **kwargs), config
         except Exception as e:  # noqa: BLE001 - Serve wraps the proxy's bind error in a RayTaskError
-            if "Failed to bind" not in str(e) or attempt == attempts - 1:
+            if "Failed to bind" not in str(e):
                 raise
             log.warning("port %d was taken before Serve's proxy bound it; starting again on another", config.port)
             serve.shutdown()
             config = config.replace(port=free_port(config.host))
-    raise AssertionError("unreachable")
+    return start(config, **kwargs), config
 
 
 def stop(config: ServeConfig | None = None, shutdown_ray: bool = True) -> None:
