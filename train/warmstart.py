@@ -85,6 +85,9 @@ class WarmStartOptions(ConfigBase):
     weight_decay: float = helpf(1e-4, "AdamW weight decay")
     batch_size: int = helpf(256, "decisions per gradient step")
     val_share: float = helpf(0.1, "share of the labelled questions held out to choose the epoch")
+    dtype: str = helpf("float32", "float type of the fit: float32 | float64 — float64 keeps the fit the same on "
+                                  "CPUs of other instruction sets (float32's last-bit differences grow over the "
+                                  "epochs into another classifier: `kairos bench drift`); the export is float32")
     batch_envs: int = helpf(16, "questions in flight per batched generation call while labelling")
     workers: int = helpf(1, "processes labelling contiguous shards of the questions in parallel (one CPU and one "
                             "model copy each; the labels are the same for any number)")
@@ -94,6 +97,8 @@ class WarmStartOptions(ConfigBase):
             raise ConfigError(f"WarmStartOptions: kind must be one of {', '.join(WARMSTART_KINDS)}, got '{self.kind}' "
                               "(counterfactual: one-decision counterfactuals of π₀; dagger: the oracle's labels at "
                               "the policy's own states)")
+        if self.dtype not in ("float32", "float64"):
+            raise ConfigError(f"WarmStartOptions: dtype must be float32 or float64, got '{self.dtype}'")
         if self.behavior not in ("never", "threshold"):
             raise ConfigError(f"WarmStartOptions: behavior must be never or threshold, got '{self.behavior}'")
         if self.behavior == "threshold" and self.threshold is None:
@@ -362,7 +367,24 @@ def mode_targets(delta_modes: np.ndarray, y: np.ndarray | None = None) -> tuple[
 
 
 def fit_policy(data: dict[str, Any], spec, opts: WarmStartOptions, seed: int = 0):
-    """The warm-started :class:`PolicyNet` and its fitting log (see the module docstring, item 4)."""
+    """The warm-started :class:`PolicyNet` and its fitting log (see the module docstring, item 4); fitted in
+    ``opts.dtype`` (the network, its input statistics and the data), returned in float32."""
+    import torch
+
+    if opts.dtype == "float32":
+        return _fit_policy(data, spec, opts, seed)
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        wide = {**data, "obs": {k: np.asarray(v, dtype=np.float64) for k, v in data["obs"].items()},
+                **{k: np.asarray(data[k], dtype=np.float64) for k in ("y", "w", "base_reward")}}
+        net, fit = _fit_policy(wide, spec, opts, seed)
+    finally:
+        torch.set_default_dtype(before)
+    return net.float(), fit
+
+
+def _fit_policy(data: dict[str, Any], spec, opts: WarmStartOptions, seed: int = 0):
     import torch
 
     from policies.rl.net import PolicyNet
@@ -448,10 +470,15 @@ def finished_warmstart(out: Path, cfg: EnvConfig, opts: WarmStartOptions) -> Pat
     if saved != n_modes:
         raise ConfigError(f"warm start: {out / 'policy'} was fitted for {saved} query mode(s), this run has "
                           f"{n_modes} (querygen / query_modes changed): delete {out} or use another out_dir")
-    kind = (json.loads((out / "summary.json").read_text()).get("behavior") or {}).get("kind", "counterfactual")
+    saved_opts = json.loads((out / "summary.json").read_text()).get("behavior") or {}
+    kind = saved_opts.get("kind", "counterfactual")
     if kind != opts.kind:
         raise ConfigError(f"warm start: {out} holds a finished '{kind}' warm start, this run asks for "
                           f"warmstart.kind '{opts.kind}': delete {out} or use another out_dir")
+    dtype = saved_opts.get("dtype", "float32")
+    if dtype != opts.dtype:
+        raise ConfigError(f"warm start: {out} holds a warm start fitted in {dtype}, this run asks for "
+                          f"warmstart.dtype '{opts.dtype}': delete {out} or use another out_dir")
     log.info("warm start: reusing %s", out / "policy")
     return out / "policy"
 

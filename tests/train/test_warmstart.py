@@ -169,6 +169,51 @@ def test_fit_learns_the_query_mode_where_it_matters():
         fit_policy(data, PolicySpec(fields={"output": 3}, arch="mlp"), WarmStartOptions(enabled=True, epochs=1))
 
 
+def test_fit_in_float64_learns_the_same_rule_and_returns_a_float32_net():
+    """``dtype: float64``: the same fit in float64 (network, input statistics, data), exported in float32; the
+    process's default dtype comes back, also when the fit fails."""
+    import torch
+
+    from policies.rl.net import PolicySpec
+
+    rng = np.random.default_rng(0)
+    n = 600
+    x = rng.normal(size=(n, 3)).astype(np.float32)
+    delta = np.where(x[:, 0] > 0, 0.9, -0.1)
+    data = {"obs": {"output": x}, "y": (delta > 0).astype(np.float32), "w": np.abs(delta).astype(np.float32),
+            "delta": delta, "base_action": np.zeros(n, dtype=np.int64), "base_reward": np.zeros(n, dtype=np.float32),
+            "question": np.arange(n) // 3}
+    spec = PolicySpec(fields={"output": 3}, arch="mlp")
+    net, fit = fit_policy(data, spec, WarmStartOptions(enabled=True, epochs=15, dtype="float64"), seed=0)
+    assert fit["val_gain_per_question"] > 1.0 and torch.get_default_dtype() == torch.float32
+    assert {t.dtype for t in net.state_dict().values() if t.is_floating_point()} == {torch.float32}
+    assert data["obs"]["output"].dtype == np.float32  # the caller's arrays are not converted in place
+    with pytest.raises(ValueError, match="query mode"):
+        fit_policy({**data, "delta_modes": np.stack([delta, delta], 1)}, spec,
+                   WarmStartOptions(enabled=True, epochs=1, dtype="float64"))
+    assert torch.get_default_dtype() == torch.float32
+
+
+def test_a_finished_warm_start_of_another_dtype_is_not_reused(tmp_path):
+    import json
+
+    from train.config import resume_changes
+    from train.warmstart import finished_warmstart
+
+    (tmp_path / "policy").mkdir()
+    (tmp_path / "policy" / "spec.json").write_text(json.dumps({"spec": {"n_modes": 1}}))
+    (tmp_path / "summary.json").write_text(json.dumps({"behavior": {"kind": "counterfactual"}}))  # before dtype
+    env = _env(ENV)
+    assert finished_warmstart(tmp_path, env, WarmStartOptions(enabled=True)) == tmp_path / "policy"
+    with pytest.raises(ConfigError, match="fitted in float32, this run asks for warmstart.dtype 'float64': delete"):
+        finished_warmstart(tmp_path, env, WarmStartOptions(enabled=True, dtype="float64"))
+    # a run recorded before the key resumes with its value, and not with another
+    old = {"warmstart": {"enabled": True, "epochs": 40}}
+    assert resume_changes(old, {"warmstart": {"enabled": True, "epochs": 40, "dtype": "float32"}}) == []
+    assert resume_changes(old, {"warmstart": {"enabled": True, "epochs": 40, "dtype": "float64"}}) == [
+        ("warmstart.dtype", "float32", "float64")]
+
+
 def test_options_errors():
     with pytest.raises(ConfigError, match="needs 'threshold'"):
         WarmStartOptions.from_dict({"behavior": "threshold"})
@@ -178,6 +223,8 @@ def test_options_errors():
         WarmStartOptions.from_dict({"lam": float("nan")})
     with pytest.raises(ConfigError, match="unknown config key .question."):
         WarmStartOptions.from_dict({"question": 3})
+    with pytest.raises(ConfigError, match="dtype must be float32 or float64, got 'float16'"):
+        WarmStartOptions.from_dict({"dtype": "float16"})
 
 
 @pytest.mark.slow
