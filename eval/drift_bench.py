@@ -209,9 +209,9 @@ def compare_env(a_npz: Path, b_npz: Path, policy_dir: Path | None) -> dict[str, 
     """Stage 1's comparison of two record files: per field the largest |Δ| and the share of decisions where it
     differs at all; the share of step texts that differ; with ``policy_dir``, that policy's decisions flipped."""
     a, b = np.load(a_npz), np.load(b_npz)
-    ka, kb = list(a["keys"]), list(b["keys"])
+    ka, kb = {k: i for i, k in enumerate(a["keys"])}, {k: i for i, k in enumerate(b["keys"])}
     common = sorted(set(ka) & set(kb))
-    ia, ib = [ka.index(k) for k in common], [kb.index(k) for k in common]
+    ia, ib = [ka[k] for k in common], [kb[k] for k in common]
     fields = sorted(k[4:] for k in a.files if k.startswith("obs/") and f"{k}" in b.files)
     per_field = {}
     any_diff = np.zeros(len(common), dtype=bool)
@@ -284,7 +284,8 @@ def train_run(config: Path, isa: str, log_path: Path) -> float:
 
 
 def max_weight_diff(a_dir: Path, b_dir: Path) -> float | None:
-    """The largest |Δw| between two exported policies' weights (None: either is missing)."""
+    """The largest |Δw| between two exported policies, over every tensor they save (parameters and the input
+    statistics REINFORCE keeps updating); None: either is missing."""
     import torch
 
     if not ((a_dir / "weights.pt").is_file() and (b_dir / "weights.pt").is_file()):
@@ -449,19 +450,19 @@ def markdown(r: dict[str, Any]) -> str:
         e = r["env"]
         lines += ["| stage | what differs |", "|---|---|",
                   f"| env (cold, {e['decisions']} decisions) | step texts {e['share_step_texts_differ']:.1%}; "
-                  f"decisions with any observation field different {e['share_decisions_differ']:.1%}; largest |Δ| "
+                  f"decisions with any observation field different {e['share_decisions_differ']:.1%}; largest abs Δ "
                   + ", ".join(f"{f} {v['max_abs']:.2g}" for f, v in e["fields"].items())
-                  + (f"; {n[0]}'s policy: max |Δπ| {e['policy_max_abs_dp']:.2g}, decisions flipped "
+                  + (f"; {n[0]}'s policy: max abs Δπ {e['policy_max_abs_dp']:.2g}, decisions flipped "
                      f"{e['policy_decisions_flipped']}" if "policy" in e else "") + " |"]
     else:
         lines += ["| stage | what differs |", "|---|---|"]
-    lines.append("| warm start | classifier max |Δw| " + "; ".join(f"{k} {_f(v)}" for k, v in r["warmstart"].items())
+    lines.append("| warm start | classifier max abs Δw: " + "; ".join(f"{k} {_f(v)}" for k, v in r["warmstart"].items())
                  + " |")
     fd = r["reinforce"]["first_differing_iteration"]
     lines.append("| REINFORCE | first iteration whose sampled batch differs: "
-                 + "; ".join(f"{k} {_f(v, '{}')}" for k, v in fd.items()) + " |")
+                 + "; ".join(f"{k} {'none' if v is None else v}" for k, v in fd.items()) + " |")
     for s in r["reinforce"]["snapshots"]:
-        lines.append(f"| snapshot {s['snapshot']} | max |Δw| " + "; ".join(
+        lines.append(f"| snapshot {s['snapshot']} | max abs Δw: " + "; ".join(
             f"{k} {_f(v)}" for k, v in s.items() if k != "snapshot") + " |")
     lines += ["", "| row | reward | accuracy | calls / q | oracle-gap fraction |", "|---|---|---|---|---|"]
     for m, v in r["rows"].items():

@@ -89,12 +89,23 @@ def test_decisions_agree_is_the_share_of_questions_with_every_action_equal(tmp_p
     assert db.decisions_agree(a, b) == pytest.approx(1 / 3)
 
 
+def _bench_yaml(tmp_path: Path) -> str:
+    """The main job's benchmark without the U_verb proxy (a fresh clone has not trained it: the config's check of
+    its path would fail first)."""
+    b = yaml.safe_load(open("configs/bench_microworld.yaml"))
+    b["env"].update(rsus_components=["ent"])
+    b["env"].pop("rsus_options")
+    (tmp_path / "bench.yaml").write_text(yaml.safe_dump(b))
+    return str(tmp_path / "bench.yaml")
+
+
 def test_bench_config_repeats_the_learned_rows_per_run_and_names_what_is_wrong(tmp_path):
     names = db.run_names(["avx512", "avx2"])
     assert names == ["avx512", "avx2", "avx2[records: avx512]", "avx2[warm start, records: avx512]"]
     assert [(r.records_from_reference, r.warmstart_from_reference) for r in db.plan_runs(["avx512", "avx2"])] == \
         [(False, False), (False, False), (True, False), (True, True)]
-    cfg, learned = db.bench_config("configs/bench_microworld.yaml", "runs/train/microworld_rsus_verb_ent", tmp_path,
+    bench = _bench_yaml(tmp_path)
+    cfg, learned = db.bench_config(bench, "runs/train/microworld_rsus_verb_ent", tmp_path,
                                    names, ["CoT", "CacheOracle[q: info_need, step]"])
     rows = {m.name: m for m in cfg.methods}
     assert {m["name"] for m in learned} == {"classifier[QueryGen] (warm start)", "learned[QueryGen](λ=0.1)"}
@@ -104,10 +115,9 @@ def test_bench_config_repeats_the_learned_rows_per_run_and_names_what_is_wrong(t
     assert moved.path == str(tmp_path / "runs" / "avx2_warm_start_records_avx512" / "train" / "policy")
     assert moved.select_on_dev and cfg.out_dir == str(tmp_path / "bench")
     with pytest.raises(ConfigError, match=r"--keep names rows it lacks: \['Nope'\]"):
-        db.bench_config("configs/bench_microworld.yaml", "runs/train/microworld_rsus_verb_ent", tmp_path, names,
-                        ["Nope"])
+        db.bench_config(bench, "runs/train/microworld_rsus_verb_ent", tmp_path, names, ["Nope"])
     with pytest.raises(ConfigError, match="no learned row reads a policy under runs/train/elsewhere"):
-        db.bench_config("configs/bench_microworld.yaml", "runs/train/elsewhere", tmp_path, names, ["CoT"])
+        db.bench_config(bench, "runs/train/elsewhere", tmp_path, names, ["CoT"])
 
 
 def test_copy_sqlite_copies_committed_rows_once(tmp_path):
@@ -141,9 +151,8 @@ def test_the_whole_run_at_smoke_size(tmp_path):
     t["env_config"].pop("rsus_options")
     t["warmstart"].update(questions=24, epochs=3)
     (tmp_path / "train.yaml").write_text(yaml.safe_dump(t))
-    b = yaml.safe_load(open("configs/bench_microworld.yaml"))
-    b["env"].update(cache_path=str(tmp_path / "bench_cache.sqlite"), rsus_components=["ent"])
-    b["env"].pop("rsus_options")
+    b = yaml.safe_load(open(_bench_yaml(tmp_path)))
+    b["env"].update(cache_path=str(tmp_path / "bench_cache.sqlite"))
     b.update(dev="0:10", test="10:26", n_resamples=200, test_curves=False, workers=1)
     for m in b["methods"]:
         if m["kind"] == "learned":
