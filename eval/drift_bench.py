@@ -49,6 +49,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -113,10 +114,8 @@ def copy_sqlite(src: Path, dst: Path) -> bool:
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.with_name(dst.name + ".tmp")
     tmp.unlink(missing_ok=True)
-    with sqlite3.connect(f"file:{src}?mode=ro", uri=True) as a, sqlite3.connect(tmp) as b:
+    with closing(sqlite3.connect(f"file:{src}?mode=ro", uri=True)) as a, closing(sqlite3.connect(tmp)) as b:
         a.backup(b)
-    a.close()
-    b.close()
     os.replace(tmp, dst)
     return True
 
@@ -125,10 +124,8 @@ def cache_rows(path: Path) -> int | None:
     """Records in a trajectory cache file (None: no file)."""
     if not path.is_file():
         return None
-    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as c:
-        n = int(c.execute("SELECT COUNT(*) FROM steps").fetchone()[0])
-    c.close()
-    return n
+    with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as c:
+        return int(c.execute("SELECT COUNT(*) FROM steps").fetchone()[0])
 
 
 @dataclass(frozen=True)
@@ -171,8 +168,10 @@ class _Recorder:
         return None
 
     def decide(self, observation, info):
-        key = (int(info["step_index"]), int(info.get("retrievals_this_step", 0)))
-        self.log[(self.name, int(info.get("question_index", -1)), info["question_id"], key)] = {
+        from train.warmstart import decision_key
+
+        key = decision_key(info)
+        self.log[(self.name, info["question_id"], key)] = {
             k: np.asarray(v, dtype=np.float32).copy() for k, v in observation.items()}
         r = int(self.at is not None and key == (self.at, 0))
         return (r, 0) if self.querygen else r
@@ -195,10 +194,10 @@ def record_env(config: str, out_npz: str, questions: int) -> None:
         for row in res["episodes"]:
             for i, d in enumerate(row["decisions"]):
                 texts[f"{rec.name}|{row['question_id']}|{i}"] = str(d.get("step"))
-    keys = sorted(obs, key=lambda k: (k[0], k[2], k[3]))
+    keys = sorted(obs)
     fields = sorted(obs[keys[0]]) if keys else []
     arrays = {f"obs/{f}": np.stack([obs[k][f].ravel() for k in keys]) for f in fields}
-    arrays["keys"] = np.array([f"{k[0]}|{k[2]}|{k[3][0]}|{k[3][1]}" for k in keys])
+    arrays["keys"] = np.array([f"{k[0]}|{k[1]}|{k[2][0]}|{k[2][1]}" for k in keys])
     arrays["text_keys"] = np.array(sorted(texts))
     arrays["texts"] = np.array([texts[k] for k in sorted(texts)])
     with atomic_open(out_npz, "wb") as fh:
@@ -212,7 +211,7 @@ def compare_env(a_npz: Path, b_npz: Path, policy_dir: Path | None) -> dict[str, 
     ka, kb = {k: i for i, k in enumerate(a["keys"])}, {k: i for i, k in enumerate(b["keys"])}
     common = sorted(set(ka) & set(kb))
     ia, ib = [ka[k] for k in common], [kb[k] for k in common]
-    fields = sorted(k[4:] for k in a.files if k.startswith("obs/") and f"{k}" in b.files)
+    fields = sorted(k[4:] for k in a.files if k.startswith("obs/") and k in b.files)
     per_field = {}
     any_diff = np.zeros(len(common), dtype=bool)
     for f in fields:
@@ -266,12 +265,12 @@ def train_run(config: Path, isa: str, log_path: Path) -> float:
     finished already is read back."""
     import yaml
 
-    out_dir = Path(yaml.safe_load(config.read_text())["out_dir"])
-    iterations = int(yaml.safe_load(config.read_text()).get("iterations", 0))
-    summary = out_dir / "summary.json"
-    if summary.is_file() and json.loads(summary.read_text()).get("iteration") == iterations:
+    raw = yaml.safe_load(config.read_text())
+    out_dir = Path(raw["out_dir"])
+    done = json.loads((out_dir / "summary.json").read_text()) if (out_dir / "summary.json").is_file() else {}
+    if done.get("iteration") == int(raw.get("iterations", 0)):
         log.info("drift: %s finished already: read back", out_dir)
-        return float(json.loads(summary.read_text()).get("wall_seconds", 0.0))
+        return float(done.get("wall_seconds", 0.0))
     cmd = [sys.executable, "-m", "train", "--config", str(config), "--no-progress"]
     if (out_dir / "checkpoints").is_dir():
         cmd.append("--resume")
