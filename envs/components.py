@@ -247,7 +247,7 @@ def _namespace(kind: str, identity, config: EnvConfig, reasoner: Any = None) -> 
                       if k not in ("costs", "cost_params", "cache_path", "split", "max_questions", "querygen",
                                    "fact_holdout", "artifact", "data_path", "corpus", "answer_closing",
                                    "reasoner_service", "cache_service", "retriever_service",
-                                   "prefetch", "prefetch_queries", "kv_reuse", "pulse_layers_from")}  # transport / speed only
+                                   "prefetch", "prefetch_queries", "kv_reuse", "pulse_layers_from", "observe_costs")}  # transport / speed only
     if config.probes:
         outcome_fields["probes"] = {n: content_fingerprint(p) for n, p in sorted(config.probes.items())}
     # transport settings of a backend decide how long a request may take, never what it returns

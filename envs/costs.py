@@ -138,6 +138,43 @@ def make_cost(spec: str, **kwargs: Any) -> RewardCost:
     return cost
 
 
+#: the offset of :func:`cost_feature` (λ = 0 stays finite; the range policies are trained on, 0.02–0.5, is spread)
+COST_FEATURE_OFFSET = 0.01
+
+
+def cost_feature(weight: float) -> float:
+    """What a cost-conditioned policy observes of a cost's weight λ (``EnvConfig.observe_costs``): log(λ + 0.01).
+
+    >>> round(cost_feature(0.1), 3), round(cost_feature(0.0), 3)
+    (-2.207, -4.605)
+    """
+    return float(math.log(float(weight) + COST_FEATURE_OFFSET))
+
+
+def draw_weight(rng, low: float, high: float) -> float:
+    """A λ drawn log-uniformly from ``[low, high]`` (``low == high``: that value) with the numpy Generator ``rng``."""
+    if low == high:
+        return float(low)
+    return float(math.exp(rng.uniform(math.log(low), math.log(high))))
+
+
+def check_ranges(ranges: dict[str, Any], names: list[str]) -> dict[str, tuple[float, float]]:
+    """``{cost: (low, high)}`` checked: known costs, 0 < low <= high, finite."""
+    out = {}
+    for k, r in ranges.items():
+        if k not in names:
+            raise ValueError(f"unknown cost '{k}' in set_cost_ranges (costs of this env: {names})")
+        try:
+            low, high = (float(x) for x in r)
+        except (TypeError, ValueError):
+            raise ValueError(f"cost range of '{k}' must be a pair (low, high), got {r!r}") from None
+        if not (math.isfinite(low) and math.isfinite(high) and 0 < low <= high):
+            raise ValueError(f"cost range of '{k}' must have 0 < low <= high (finite; draws are log-uniform), got "
+                             f"({low}, {high})")
+        out[k] = (low, high)
+    return out
+
+
 class CostModel:
     """The costs of an env and their weights.
 

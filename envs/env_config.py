@@ -205,6 +205,10 @@ class EnvConfig(ConfigBase):
                                                 "max_steps x max_retrievals_per_step is no cap)")
     costs: dict[str, float] = helpf({"retrieval_calls": 0.1}, "cost name or dotted path -> weight λ")
     cost_params: dict[str, dict] = helpf({}, "cost name -> constructor kwargs")
+    observe_costs: list[str] = helpf([], "costs whose weight λ the policy observes (observation field 'costs': "
+                                         "log(λ + 0.01) each): a cost-conditioned policy, trained over a range of λ "
+                                         "and told the budget at run time (`--lambda`). Not part of the cache "
+                                         "namespace")
     signals: list[str] = helpf(["pulse", "output", "rsus"], "observation groups: pulse, output, rsus, coe, eigen (SeaKR EigenScore: "
                                                                  "k sampled continuations per step; micro or hf), "
                                                                  "rind (DRAGIN RIND: "
@@ -264,8 +268,9 @@ class EnvConfig(ConfigBase):
         """As :meth:`ConfigBase.to_dict`; ``plugins`` only when set (an env without plug-ins keeps its cache
         namespace)."""
         out = super().to_dict()
-        if not out.get("plugins"):
-            out.pop("plugins", None)
+        for key in ("plugins", "observe_costs"):  # unset: the dict (and the cache namespace) as before the key
+            if not out.get(key):
+                out.pop(key, None)
         return out
 
     @classmethod
@@ -379,6 +384,10 @@ class EnvConfig(ConfigBase):
             if w < 0:
                 raise ConfigError(f"{where}: key 'costs.{name}' must be a finite number >= 0 (a cost weight λ), "
                                   f"got {w}")
+        unpriced = [c for c in self.observe_costs if c not in self.costs]
+        if unpriced or len(set(self.observe_costs)) != len(self.observe_costs):
+            raise ConfigError(f"{where}.observe_costs: each entry must name a cost of 'costs' once "
+                              f"({', '.join(self.costs)}), got {self.observe_costs}")
         missing = sorted(set(self.cost_params) - set(self.costs))
         if missing:
             raise ConfigError(f"{where}.cost_params: params given for '{missing[0]}', which has no weight in costs "

@@ -50,7 +50,7 @@ import numpy as np
 from gymnasium import spaces
 
 from envs.cache_service import open_cache
-from envs.costs import CostEvent, CostModel, modelled_seconds
+from envs.costs import CostEvent, CostModel, check_ranges, cost_feature, draw_weight, modelled_seconds
 from envs.engine import make_records
 from envs.env_config import EnvConfig
 from envs.env_signals import observation_groups
@@ -62,10 +62,20 @@ log = logging.getLogger(__name__)
 HISTORY_DIM = 4  # step index, retrievals so far, tokens so far (/100), steps since last retrieval
 
 __all__ = ["HISTORY_DIM", "RESET_OPTIONS", "EnvUsageError", "Episode", "ResetNeeded", "RetrievalTimingEnv",
+           "observation_dims",
            "StepRecord", "reset_batch", "step_batch", "usable_answer"]
 
-#: the keys ``reset(options=…)`` understands (anything else is an :class:`EnvUsageError`)
-RESET_OPTIONS = ("question_index",)
+def observation_dims(config: EnvConfig, feature_dims: dict[str, int]) -> dict[str, int]:
+    """Every observation field and its size, as the env's ``Dict`` space holds them (the signal groups, ``history``,
+    ``costs`` when the env's policy observes its cost weights, ``mask``): what a saved policy is checked against."""
+    groups = observation_groups(config, feature_dims)
+    return {**groups, "history": HISTORY_DIM,
+            **({"costs": len(config.observe_costs)} if config.observe_costs else {}), "mask": len(groups)}
+
+
+#: the keys ``reset(options=…)`` understands (anything else is an :class:`EnvUsageError`): ``question_index``, and
+#: ``cost_weights`` — ``{cost: λ}`` paid from this episode on (a budget given per question at run time)
+RESET_OPTIONS = ("question_index", "cost_weights")
 
 
 class EnvUsageError(ValueError):
@@ -114,6 +124,13 @@ def reset_batch(envs: list[RetrievalTimingEnv], seeds: list[int | None] | None =
         if idx is None:
             idx = int(e.np_random.integers(len(questions)))
         e.ep = Episode(q=questions[idx], qidx=idx)
+        if opts and opts.get("cost_weights"):
+            try:
+                e.set_cost_weights(dict(opts["cost_weights"]))
+            except (TypeError, ValueError) as err:
+                raise EnvUsageError(f"reset(options=…): cost_weights: {err}") from None
+        if e.cost_ranges:  # a cost-conditioned policy's training: this episode's λ, drawn (and observed)
+            e.costs.set_weights({c: draw_weight(e.np_random, lo, hi) for c, (lo, hi) in e.cost_ranges.items()})
     # 2. the first step of every question: cache, else one batched generation
     for e, rec in zip(envs, _records(envs, "start")):
         ep = e.ep
@@ -304,6 +321,8 @@ class RetrievalTimingEnv(gym.Env):
         dims = observation_groups(self.config, self.c.feature_dims)  # group -> dim (records' + episode groups)
         obs = {g: spaces.Box(-np.inf, np.inf, shape=(d,), dtype=np.float32) for g, d in dims.items()}
         obs["history"] = spaces.Box(0.0, np.inf, shape=(HISTORY_DIM,), dtype=np.float32)
+        if self.config.observe_costs:  # a cost-conditioned policy reads the budget: log(λ + 0.01) per cost
+            obs["costs"] = spaces.Box(-np.inf, np.inf, shape=(len(self.config.observe_costs),), dtype=np.float32)
         obs["mask"] = spaces.Box(0.0, 1.0, shape=(len(dims),), dtype=np.float32)
         self.observation_space = spaces.Dict(obs)
         self.groups = list(dims)
@@ -311,6 +330,7 @@ class RetrievalTimingEnv(gym.Env):
         self.action_space = (spaces.Tuple((spaces.Discrete(2), spaces.Discrete(n_modes))) if self.config.querygen
                              else spaces.Discrete(2))
         self.ep: Episode | None = None  # the current question's state (reset builds it)
+        self.cost_ranges: dict[str, tuple[float, float]] = {}  # cost -> (low, high) each reset draws λ from
         self.closed = False  # close() released the cache: reset() and step() are refused after it
 
     # ------------------------------------------------------------------ runtime knobs
@@ -320,6 +340,12 @@ class RetrievalTimingEnv(gym.Env):
 
     def get_cost_weights(self) -> dict[str, float]:
         return dict(self.costs.weights)
+
+    def set_cost_ranges(self, ranges: dict[str, tuple[float, float]]) -> None:
+        """From the next ``reset`` on, each episode draws these costs' λ log-uniformly from ``(low, high)`` with
+        the env's RNG (a cost-conditioned policy's curriculum calls this on every env runner; ``{}`` stops drawing:
+        the weights then stay as the last episode drew them until ``set_cost_weights``)."""
+        self.cost_ranges = check_ranges(ranges, list(self.costs.costs))
 
     # ------------------------------------------------------------------ gym API: the n = 1 view of the loop
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -351,6 +377,9 @@ class RetrievalTimingEnv(gym.Env):
         obs = {g: np.asarray(feats[g][0], dtype=np.float32) for g in self.groups}
         obs["history"] = np.array([ep.n_accepted + 1, ep.retrievals, ep.tokens / 100.0,
                                    ep.since_retrieval], dtype=np.float32)
+        if self.config.observe_costs:
+            obs["costs"] = np.array([cost_feature(self.costs.weights[c]) for c in self.config.observe_costs],
+                                    dtype=np.float32)
         obs["mask"] = np.array([feats[g][1] for g in self.groups], dtype=np.float32)
         return obs
 

@@ -86,7 +86,8 @@ def decide(policy: Any, observation: dict[str, Any], info: dict[str, Any]) -> tu
 
 
 def run_episodes(envs: list[RetrievalTimingEnv], policy: Any, question_indices: list[int],
-                 after_batch: Callable[[], None] | None = None) -> Iterator[StepEvent]:
+                 after_batch: Callable[[], None] | None = None,
+                 cost_weights: dict[int, dict[str, float]] | None = None) -> Iterator[StepEvent]:
     """Greedy episodes of ``policy`` on ``question_indices``, ``len(envs)`` at a time: one :class:`StepEvent` per
     decision (the decisions of one round in the order of the chunk's questions).
 
@@ -96,6 +97,8 @@ def run_episodes(envs: list[RetrievalTimingEnv], policy: Any, question_indices: 
             question index as seed, so results do not depend on batching or on which questions run together.
         question_indices: indices into the env's questions, run in this order.
         after_batch: called after each chunk's last episode ended (e.g. to fsync a results file).
+        cost_weights: question index -> ``{cost: λ}`` its episode pays (and a cost-conditioned policy observes);
+            a question without an entry pays what its env copy paid last.
 
     Yields:
         :class:`StepEvent` — ``event.done`` marks an episode's last decision.
@@ -112,7 +115,9 @@ def run_episodes(envs: list[RetrievalTimingEnv], policy: Any, question_indices: 
         trig = [copy.copy(policy) for _ in chunk]  # reset() re-seeds each copy; a net stays shared
         for t, q in zip(trig, chunk):
             t.reset(seed=q)
-        outs = reset_batch(envs_, options=[{"question_index": q} for q in chunk])
+        outs = reset_batch(envs_, options=[{"question_index": q, **({"cost_weights": cost_weights[q]}
+                                                                    if cost_weights and q in cost_weights else {})}
+                                           for q in chunk])
         obs = [o for o, _ in outs]
         infos = [i for _, i in outs]
         ret = [0.0] * len(chunk)

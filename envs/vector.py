@@ -144,6 +144,10 @@ class BatchedRetrievalEnv(VectorEnv):
         for e in self.envs:
             e.set_cost_weights(weights)
 
+    def set_cost_ranges(self, ranges: dict[str, tuple[float, float]]) -> None:
+        for e in self.envs:
+            e.set_cost_ranges(ranges)
+
     def close_extras(self, **kwargs):
         envs = getattr(self, "envs", None)  # None when the constructor failed: nothing to close
         if envs:

@@ -80,6 +80,10 @@ def run_bench(cfg: BenchConfig, components=None) -> dict[str, Any]:
     from envs.core.runlock import FolderLock
 
     with FolderLock(cfg.out_dir):
+        if cfg.lambdas:  # every budget: a benchmark per λ, then the frontier (eval.bench.budgets)
+            from eval.bench.budgets import run_budgets
+
+            return run_budgets(cfg, lambda c: run_bench(c, components))
         return _run_bench(cfg, components)
 
 
@@ -150,6 +154,11 @@ def evaluated_policy(out_dir: str | Path, method: str, config: str | Path | None
         ValueError: an unknown or skipped method, or one an application cannot run (Random, the oracles).
     """
     out = Path(out_dir)
+    if not (out / "summary.json").is_file() and (out / "budgets.json").is_file():
+        lams = json.loads((out / "budgets.json").read_text()).get("lambdas") or []
+        raise FileNotFoundError(f"{out} holds a benchmark at every budget: name one λ's folder, e.g. "
+                                f"{out / f'lambda={lams[0]:g}' if lams else out / 'lambda=0.1'} (λ: "
+                                f"{', '.join(f'{x:g}' for x in lams)})")
     if not (out / "summary.json").is_file():
         raise FileNotFoundError(f"no finished benchmark at {out} (summary.json missing); run `kairos bench policies "
                                 f"--config …` (or `kairos quickstart`, whose benchmark is runs/quickstart/bench)")

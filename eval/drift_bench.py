@@ -245,7 +245,9 @@ def write_run_config(cfg_path: str, out: Path, name: str, cache_src: Path | None
     """The training config of run ``name``: the recipe with its own out_dir and its own copy of the warm cache."""
     import yaml
 
-    raw = yaml.safe_load(Path(cfg_path).read_text())
+    from envs.core.config import read_yaml_mapping
+
+    raw = read_yaml_mapping(cfg_path)  # its base chain merged: the written config stands alone
     d = run_dir(out, name)
     raw["out_dir"] = str(d / "train")
     raw.setdefault("env_config", {})["cache_path"] = str(d / "cache.sqlite")
@@ -263,9 +265,9 @@ def write_run_config(cfg_path: str, out: Path, name: str, cache_src: Path | None
 def train_run(config: Path, isa: str, log_path: Path) -> float:
     """``python -m train --config config`` pinned to ``isa`` (resumes a run that stopped); its seconds. A run that
     finished already is read back."""
-    import yaml
+    from envs.core.config import read_yaml_mapping
 
-    raw = yaml.safe_load(config.read_text())
+    raw = read_yaml_mapping(config)
     out_dir = Path(raw["out_dir"])
     done = json.loads((out_dir / "summary.json").read_text()) if (out_dir / "summary.json").is_file() else {}
     if done.get("iteration") == int(raw.get("iterations", 0)):
@@ -314,12 +316,10 @@ def first_differing_iteration(a_metrics: Path, b_metrics: Path,
 def bench_config(bench_yaml: str, train_out_dir: str, out: Path, names: list[str], keep: list[str]):
     """The policy benchmark of the runs: ``bench_yaml``'s env and splits, its ``keep`` rows, and each learned row
     whose path lies in ``train_out_dir`` repeated per run (named ``<row> [<run>]``, path moved to the run's)."""
-    import yaml
-
-    from envs.core.config import ConfigError
+    from envs.core.config import ConfigError, read_yaml_mapping
     from eval.bench.config import BenchConfig
 
-    raw = yaml.safe_load(Path(bench_yaml).read_text())
+    raw = read_yaml_mapping(bench_yaml)
     methods = raw.get("methods") or []
     missing = [k for k in keep if k not in {m.get("name") for m in methods}]
     if missing:

@@ -126,7 +126,8 @@ def _run(args, out: Path) -> int:
     timings["train_s"] = time.perf_counter() - t1
 
     log.info("[4/4] benchmark against calibrated fixed triggers (%s)", args.bench_config)
-    lam = tcfg.curriculum["retrieval_calls"].end if "retrieval_calls" in tcfg.curriculum else None
+    sched = tcfg.curriculum.get("retrieval_calls")
+    lam = sched.end if sched is not None and sched.high is None else None  # a cost-conditioned policy: every λ
     config_out = Path(raw.get("out_dir") or TrainConfig().out_dir)
     for m in bcfg.methods:  # the benchmark's learned methods point into the run this job just trained
         if m.kind == "learned":
@@ -144,7 +145,9 @@ def _run(args, out: Path) -> int:
     print(f"\nreport: {(out / 'report.md').resolve()}\nhtml:   {(out / 'bench' / 'report.html').resolve()}")
     learned = [m.name for m in bcfg.methods if m.kind == "learned" and m.select_on_dev]
     if learned:  # the policy in an application: exactly what the benchmark evaluated (kairos.Pipeline.from_bench)
-        print(f"use it: kairos answer --bench {out / 'bench'} --method '{learned[-1]}' \"QUESTION\"")
+        bench = out / "bench" / (f"lambda={bcfg.lambda_retrieval:g}" if bcfg.lambdas else "")
+        budget = " --lambda 0.3" if lam is None and bcfg.lambdas else ""  # a cost-conditioned policy: any budget
+        print(f"use it: kairos answer --bench {bench} --method '{learned[-1]}'{budget} \"QUESTION\"")
     return 0
 
 
@@ -171,7 +174,7 @@ def _proxy_plan(raw: dict, proxy_config: str, train_config: str, out: Path) -> d
 
 #: the env keys that shape what a policy observes: a learned row must run with the values it was trained with
 OBSERVATION_KEYS = ("reasoner", "artifact", "signals", "rsus_components", "rsus_options", "pulse_layers",
-                    "pulse_layers_from", "content_layers")
+                    "pulse_layers_from", "content_layers", "observe_costs", "retriever")
 
 
 def _check_observation(tcfg, bcfg, train_config: str, bench_config: str) -> None:
@@ -275,6 +278,33 @@ def _proxy_auroc(report: dict) -> dict:
             for name in ("probe", "entropy") if name in report[split]}
 
 
+def _frontier_section(summary: dict) -> str:
+    """With a benchmark at every budget: the frontier plot and, per λ, the policy against the best fixed trigger
+    calibrated at that λ (the report opens with it)."""
+    b = summary.get("budgets")
+    if not b:
+        return ""
+    lines = ["## Every budget: one policy against the fixed triggers' curves", "",
+             "![accuracy vs retrieval calls at every budget](bench/frontier.png)", "",
+             "| λ | best fixed at λ (reward) | " + " | ".join(f"{g}: reward, calls, − best fixed [95% CI]"
+                                                         for g, i in b["groups"].items() if i["conditioned"]) + " |",
+             "|---|---|" + "---|" * sum(i["conditioned"] for i in b["groups"].values())]
+    for lam, row in b["per_lambda"].items():
+        cells = []
+        for g, i in b["groups"].items():
+            if i["conditioned"]:
+                c, d = row["groups"][g], row["groups"][g].get("vs_best_fixed") or {}
+                cells.append(f"{c['reward']:.3f}, {c['calls']:.2f}, " + (f"{d['diff']:+.3f} [{d['lo']:+.3f}, "
+                                                                         f"{d['hi']:+.3f}]" if d else "–"))
+        lines.append(f"| {lam} | {row['best_fixed']} ({row['best_fixed_reward']:.3f}) | " + " | ".join(cells) + " |")
+    for a in b.get("area", {}).values():
+        if a.get("area") is not None:
+            lines += ["", f"Area between its frontier and the best fixed frontier over {a['range'][0]:.2f}–"
+                          f"{a['range'][1]:.2f} calls: {a['area']:+.4f} ({a['mean_advantage']:+.3f} accuracy on "
+                          "average at equal calls). Details: [bench/budgets.md](bench/budgets.md)."]
+    return "\n".join(lines) + f"\n\n## The headline: λ = {b['headline_lambda']:g}\n\n"
+
+
 def _report(metrics, tsum, summary, timings, format_metrics, psum=None) -> str:
     rows = ["| method | kind | accuracy [95% CI] | calls / q | reward | harm rate | query mode |",
             "|---|---|---|---|---|---|---|"]
@@ -315,8 +345,8 @@ def _report(metrics, tsum, summary, timings, format_metrics, psum=None) -> str:
                  "the training facts it recognises their wrong statements; on facts it never saw it is not better "
                  "than entropy (docs/results.md).\n\n")
     return (
-        "# Kairos quickstart: the micro-world\n\n"
-        f"Wall time {timings['total_s'] / 60:.1f} min (world evaluation {timings['world_eval_s']:.0f} s, "
+        "# Kairos quickstart: the micro-world\n\n" + _frontier_section(summary)
+        + f"Wall time {timings['total_s'] / 60:.1f} min (world evaluation {timings['world_eval_s']:.0f} s, "
         + (f"U_verb proxy {timings['proxy_s']:.0f} s, " if "proxy_s" in timings else "")
         + f"training {timings['train_s']:.0f} s, benchmark {timings['bench_s']:.0f} s).\n\n"
         "## 1. The shipped micro-world\n\n```\n" + format_metrics(metrics) + "```\n\n"

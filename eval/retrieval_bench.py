@@ -189,7 +189,7 @@ def hotpot_part(cfg: RetrievalBenchConfig, out: Path) -> dict[str, Any]:
             r = retriever
             ranked, lat = timed_search(r, qtexts, cfg.k)
             row = {"system": name if vname == "default" else f"{name} ({vname})", "kind": kind,
-                   **ranking_metrics(ranked, gold, ks=(2, 5, 10)), **lat,
+                   **ranking_metrics(ranked, gold, ks=(2, 3, 5, 10)), **lat,
                    "build_s": manifest["build"]["seconds"], "build_cpu_s": manifest["build"].get("cpu_seconds"),
                    "size_mb": manifest["size_bytes"] / 1e6,
                    "load_s": load_s, "n_docs": manifest["n_docs"]}
@@ -385,9 +385,10 @@ def format_markdown(result: dict[str, Any]) -> str:
                       f"{h['eval_gold_that_are_train_positives']} of {h['eval_gold_total']} scored gold "
                       "paragraphs are also training positives)", ""]
         parts.append(_table(
-            ["system", "R@2", "R@5", "R@10", "all@10", "MRR@10", "median ms", "p90 ms", "median CPU ms",
+            ["system", "R@2", "R@3", "R@5", "R@10", "all@10", "MRR@10", "median ms", "p90 ms", "median CPU ms",
              "p90 CPU ms", "build s", "build CPU s", "size MB", "batch x"],
-            [[r["system"], r["R@2"], r["R@5"], r["R@10"], r["all@10"], r["MRR"], r["median_ms"], r["p90_ms"],
+            [[r["system"], r["R@2"], r.get("R@3", ""), r["R@5"], r["R@10"], r["all@10"], r["MRR"], r["median_ms"],
+              r["p90_ms"],
               r.get("median_cpu_ms", ""), r.get("p90_cpu_ms", ""), r["build_s"], r.get("build_cpu_s") or "-",
               r["size_mb"],
               r.get("batched", {}).get("speedup", "")] for r in h["rows"]]))

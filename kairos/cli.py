@@ -65,6 +65,9 @@ def add_pipeline_args(p: argparse.ArgumentParser) -> None:
                      help="a backend option (repeatable; values read as YAML), e.g. model=… or base_url=…")
     env.add_argument("--query-mode", default=None, help="a trigger's query formulation (one of the env's query_modes)")
     env.add_argument("--threshold", type=float, default=None, help="a learned policy's retrieve-probability threshold")
+    env.add_argument("--lambda", dest="lam", type=float, default=None, metavar="λ",
+                     help="the budget: λ of retrieval calls a cost-conditioned policy decides for (e.g. 0.05 retrieves "
+                          "more, 0.3 less; a policy trained for one λ refuses it)")
     env.add_argument("--cache", default=None, metavar="SQLITE", help="a trajectory-cache file (default: in memory)")
 
 
@@ -144,6 +147,8 @@ def render_answer(ans, console) -> None:
         t.add_row(str(s.index), escape(s.text), escape(sig), decision, got)
     head = (f"[bold]{escape(ans.question)}[/]\n\n[bold green]{escape(str(ans.answer))}[/]  ({ans.answer_status}; "
             f"{ans.calls} retrieval call{'s' if ans.calls != 1 else ''}, {ans.tokens} tokens, {ans.seconds:.2f} s "
-            f"generation, policy {escape(ans.policy)})")
+            f"generation, policy {escape(ans.policy)}"
+            + (f", budget λ {ans.cost_weights['retrieval_calls']:g}" if "retrieval_calls" in ans.cost_weights else "")
+            + ")")
     console.print(Panel(head, expand=True))
     console.print(t)

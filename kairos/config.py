@@ -71,9 +71,19 @@ class PipelineSpec(ConfigBase):
     query_mode: str | None = helpf(None, "a trigger's query formulation (one of the env's query_modes)")
     threshold: float | None = helpf(None, "a learned policy's retrieve-probability threshold (0..1)")
     cache: str | None = helpf(None, "a trajectory-cache SQLite file (default: in memory)")
+    lam: float | None = helpf(None, "the budget — λ of retrieval calls — a cost-conditioned policy decides for (the "
+                                    "default of every question; a request's kairos.lambda overrides it); a policy "
+                                    "trained for one λ refuses it")
 
     def validate(self) -> None:
         where = "PipelineSpec"
+        if self.lam is not None:
+            from kairos.pipeline import check_budget
+
+            try:
+                check_budget(self.lam, f"{where}: key 'lam'")
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
         if self.bench:
             if self.policy or not self.method:
                 raise ConfigError(f"{where}: --bench needs --method (the benchmark's method name) and no --policy")
@@ -93,7 +103,7 @@ class PipelineSpec(ConfigBase):
             "policy": args.policy, "bench": args.bench, "method": args.method, "bench_config": args.bench_config,
             "index": args.index, "corpus": args.corpus, "env_config": args.env_config, "reasoner": args.reasoner,
             "reasoner_options": options, "query_mode": args.query_mode, "threshold": args.threshold,
-            "cache": args.cache}, where="the command line")
+            "cache": args.cache, "lam": getattr(args, "lam", None)}, where="the command line")
 
     def check_paths(self) -> None:
         """Cheap checks of what names a file or directory (before a server starts its replicas): a policy that is
@@ -145,7 +155,7 @@ class PipelineSpec(ConfigBase):
 
         kw: dict[str, Any] = {"knowledge": self.corpus, "index": self.index, "reasoner": self.reasoner,
                               "reasoner_options": dict(self.reasoner_options) or None, "query_mode": self.query_mode,
-                              "threshold": self.threshold, "cache_path": self.cache}
+                              "threshold": self.threshold, "cache_path": self.cache, "lam": self.lam}
         if batch_size is not None:
             kw["batch_size"] = batch_size
         env = self.env_config

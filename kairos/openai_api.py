@@ -59,11 +59,37 @@ class APIError(Exception):
 
 @dataclass(frozen=True)
 class ChatRequest:
-    """A checked chat request: the model asked for, the question (the last user message) and whether to stream."""
+    """A checked chat request: the model asked for, the question (the last user message), whether to stream, and
+    the budget the request asks for (``kairos.lambda``; ``None``: the server's)."""
 
     model: str
     question: str
     stream: bool
+    lam: float | None = None
+
+
+def _budget(body: dict[str, Any]) -> float | None:
+    """The request's ``kairos`` extension object: ``{"lambda": λ}``, the budget of a cost-conditioned policy (with
+    OpenAI's client: ``extra_body={"kairos": {"lambda": 0.3}}``)."""
+    ext = body.get("kairos")
+    if ext is None:
+        return None
+    if not isinstance(ext, dict):
+        raise APIError(400, f"'kairos' is an object of Kairos request options ({{\"lambda\": 0.3}}), got "
+                            f"{type(ext).__name__}", "kairos", "invalid_type")
+    unknown = [k for k in ext if k != "lambda"]
+    if unknown:
+        raise APIError(400, f"kairos.{unknown[0]}: unknown Kairos request option (known: lambda)",
+                       f"kairos.{unknown[0]}", "unknown_parameter")
+    lam = ext.get("lambda")
+    if lam is None:
+        return None
+    from kairos.pipeline import check_budget
+
+    try:
+        return check_budget(lam, "kairos.lambda")
+    except ValueError as e:
+        raise APIError(400, str(e), "kairos.lambda", "invalid_value") from None
 
 
 def _text_of(content: Any, param: str) -> str:
@@ -152,7 +178,7 @@ def parse_chat_request(raw: bytes | str, models: Sequence[str], max_question_cha
     n = body.get("n", 1)
     if n is not None and (isinstance(n, bool) or n != 1):
         raise APIError(400, f"'n' = {json.dumps(n)[:40]}: one answer per request (n = 1)", "n", "invalid_value")
-    return ChatRequest(model=model, question=question, stream=stream)
+    return ChatRequest(model=model, question=question, stream=stream, lam=_budget(body))
 
 
 # ----------------------------------------------------------------------------------------- responses

@@ -138,6 +138,7 @@ class Answer:
         truncated: the chain reached ``max_steps``.
         cost: ``Σ λ·cost`` of the episode (the env config's λ).
         policy: the policy's name.
+        cost_weights: the λ of each cost the episode paid (its budget: ``retrieval_calls``).
     """
 
     question: str
@@ -153,6 +154,7 @@ class Answer:
     truncated: bool = False
     cost: float = 0.0
     policy: str = ""
+    cost_weights: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-serialisable data (non-finite numbers as ``None``); :meth:`from_dict` reads it back."""
@@ -179,6 +181,26 @@ def _plain(x: Any) -> Any:
     if isinstance(x, float) and not math.isfinite(x):
         return None
     return x
+
+
+# ----------------------------------------------------------------------------------------- the budget
+#: the cost whose λ is the budget a caller sets at run time (``--lambda``, ``lam=``, a request's ``kairos.lambda``)
+BUDGET_COST = "retrieval_calls"
+#: the largest budget accepted (a λ above it prices one retrieval above any answer's worth many times over)
+MAX_BUDGET = 100.0
+
+
+def check_budget(lam: Any, where: str) -> float:
+    """``lam`` as a budget: a finite number in [0, 100]; else an error naming ``where``.
+
+    >>> check_budget(0.2, "lam"), check_budget(1, "lam")
+    (0.2, 1.0)
+    """
+    if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not math.isfinite(float(lam)) \
+            or not 0.0 <= float(lam) <= MAX_BUDGET:
+        raise ValueError(f"{where}: the budget λ (the price of one retrieval call, in answer quality) must be a "
+                         f"number in [0, {MAX_BUDGET:g}], got {lam!r}")
+    return float(lam)
 
 
 # ----------------------------------------------------------------------------------------- policies
@@ -310,6 +332,9 @@ class Pipeline:
             replace the config's).
         query_mode: retrieve with this query formulation (a trigger's fixed mode; a name in ``query_modes``).
         threshold: a learned policy's retrieve-probability threshold.
+        lam: the budget — λ of retrieval calls — a cost-conditioned policy (trained with ``observe_costs``) decides
+            for; each call of :meth:`answer` / :meth:`answer_many` / :meth:`stream` may give its own. A policy that
+            does not read the budget is an error here (it was trained for one λ: retrain, or leave ``lam`` unset).
         batch_size: questions in flight at once (one batched generation per round).
         cache_path: a trajectory-cache SQLite file (default: in memory) — repeated questions replay from it.
 
@@ -321,7 +346,7 @@ class Pipeline:
     def __init__(self, policy: Any, env_config: Any = None, *, knowledge: Any = None, index: str | Path | None = None,
                  reasoner: str | None = None, reasoner_options: dict[str, Any] | None = None,
                  query_mode: str | None = None, threshold: float | None = None, batch_size: int = 16,
-                 cache_path: str | Path | None = None):
+                 cache_path: str | Path | None = None, lam: float | None = None):
         from envs.env_config import EnvConfig
         from envs.ungraded import UngradedTask, knowledge_config, ungraded_components
 
@@ -340,6 +365,8 @@ class Pipeline:
                     cache_path=None if cache_path is None else str(cache_path), cache_service=None,
                     reasoner_service=None, retriever_service=None)
         config = EnvConfig.from_dict(base, where="Pipeline.env_config")
+        if lam is not None:
+            config = config.replace(costs={**config.costs, BUDGET_COST: check_budget(lam, "Pipeline(lam=…)")})
         if query_mode is not None:
             from policies.triggers import FixedModeTrigger
 
@@ -357,6 +384,41 @@ class Pipeline:
         self._venv = None
         self._search_memo: dict[tuple[str, int], list] = {}
         self._check_fits()
+        if lam is not None:
+            self._check_budget("Pipeline(lam=…)")
+
+    @property
+    def reads_budget(self) -> bool:
+        """Whether the policy decides for a budget given at run time (a learned policy that observes λ of retrieval
+        calls: its training env's ``observe_costs``)."""
+        from policies.rl.compat import policy_net
+
+        net = policy_net(self.policy)
+        return net is not None and "costs" in net.spec.fields and BUDGET_COST in self.env_config.observe_costs
+
+    @property
+    def lam(self) -> float:
+        """The default budget: λ of retrieval calls each question pays unless a call gives its own."""
+        return float(self.env_config.costs.get(BUDGET_COST, 0.0))
+
+    def _check_budget(self, where: str) -> None:
+        if not self.reads_budget:
+            name = getattr(self.policy, "name", type(self.policy).__name__)
+            raise ValueError(f"{where}: the policy '{name}' does not read a budget — it was trained for one λ (or is "
+                             "a fixed trigger), so λ would change the reported cost but no decision. Train a "
+                             "cost-conditioned policy (env_config.observe_costs: [retrieval_calls] and a curriculum "
+                             "with high: configs/train_microworld_budgets.yaml), or leave λ unset")
+
+    def _weights(self, n: int, lam: float | list[float | None] | None, where: str) -> dict[int, dict[str, float]]:
+        """Per question, the cost weights it pays: ``lam`` (one value, or one per question; ``None``: the default)."""
+        lams = list(lam) if isinstance(lam, (list, tuple)) else [lam] * n
+        if len(lams) != n:
+            raise ValueError(f"{where}: {len(lams)} budgets for {n} questions (give one λ, or one per question)")
+        if any(x is not None for x in lams):
+            self._check_budget(where)
+        base = dict(self.env_config.costs)
+        return {i: {**base, BUDGET_COST: self.lam if x is None else check_budget(x, f"{where}[{i}]")}
+                for i, x in enumerate(lams)}
 
     # -------------------------------------------------------------- constructors
     @classmethod
@@ -399,38 +461,43 @@ class Pipeline:
         return other
 
     # -------------------------------------------------------------- answering
-    def answer(self, question: str) -> Answer:
-        """The answer to one question, with its trace."""
-        return self.answer_many([question])[0]
+    def answer(self, question: str, lam: float | None = None) -> Answer:
+        """The answer to one question, with its trace; ``lam``: its budget (a cost-conditioned policy)."""
+        return self.answer_many([question], lam=lam)[0]
 
-    def answer_many(self, questions: Iterable[str]) -> list[Answer]:
-        """Answers to many questions, in order — ``batch_size`` at a time through the env's batched loop."""
+    def answer_many(self, questions: Iterable[str], lam: float | list[float | None] | None = None) -> list[Answer]:
+        """Answers to many questions, in order — ``batch_size`` at a time through the env's batched loop. ``lam``:
+        the budget of every question, or one per question (``None``: the pipeline's)."""
         out: dict[int, Answer] = {}
-        for i, _, ans in self._run(questions):
+        for i, _, ans in self._run(questions, lam):
             if ans is not None:
                 out[i] = ans
         return [out[i] for i in sorted(out)]
 
-    def stream(self, questions: Iterable[str]) -> Iterator[dict[str, Any]]:
+    def stream(self, questions: Iterable[str], lam: float | list[float | None] | None = None
+               ) -> Iterator[dict[str, Any]]:
         """The trace as it is made, as JSON-ready events: ``{"event": "step", "question_index", "question_id",
         "step": TraceStep.to_dict()}`` after each decision, and ``{"event": "answer", "question_index", "answer":
-        Answer.to_dict()}`` when a question is done (what a server streams)."""
-        for i, step, ans in self._run(questions):
+        Answer.to_dict()}`` when a question is done (what a server streams). ``lam`` as in :meth:`answer_many`."""
+        for i, step, ans in self._run(questions, lam):
             yield {"event": "step", "question_index": i, "question_id": self.task.questions[i].id,
                    "step": step.to_dict()}
             if ans is not None:
                 yield {"event": "answer", "question_index": i, "answer": ans.to_dict()}
 
-    def _run(self, questions: Iterable[str]) -> Iterator[tuple[int, TraceStep, Answer | None]]:
+    def _run(self, questions: Iterable[str], lam: float | list[float | None] | None = None
+             ) -> Iterator[tuple[int, TraceStep, Answer | None]]:
         """``(question index, step, answer when the question is done)`` per decision, from the shared loop."""
         from envs.rollout import run_episodes
 
-        self.task.set_questions(list(questions))
+        questions = list(questions)
+        weights = self._weights(len(questions), lam, "Pipeline.answer(lam=…)")  # checked before any work
+        self.task.set_questions(questions)
         n = len(self.task.questions)
         if not n:
             return
         steps: dict[int, list[TraceStep]] = {}
-        for ev in run_episodes(self.venv.envs, self.policy, list(range(n))):
+        for ev in run_episodes(self.venv.envs, self.policy, list(range(n)), cost_weights=weights):
             step = self._trace_step(ev)
             steps.setdefault(ev.question_index, []).append(step)
             ans = self._answer(ev, steps.pop(ev.question_index)) if ev.done else None
@@ -478,7 +545,8 @@ class Pipeline:
                       calls=int(info["retrievals"]), steps=steps, tokens=int(info.get("tokens", 0)),
                       seconds=float(info.get("seconds", 0.0)), wall_seconds=round(ev.wall_seconds, 6),
                       truncated=bool(ev.truncated and not ev.terminated), cost=-float(ev.episode_return),
-                      policy=str(getattr(self.policy, "name", type(self.policy).__name__)))
+                      policy=str(getattr(self.policy, "name", type(self.policy).__name__)),
+                      cost_weights=dict(info.get("cost_weights") or {}))
 
     def _search(self, query: str) -> list:
         """The retriever's top-k for a query (the env keeps ids only; the ranking is deterministic, so this is the
@@ -522,4 +590,4 @@ class Pipeline:
         self.close()
 
 
-__all__ = ["Answer", "Pipeline", "TracePassage", "TraceStep", "load_policy", "policy_env_config", "read_env_config"]
+__all__ = ["BUDGET_COST", "Answer", "Pipeline", "check_budget", "TracePassage", "TraceStep", "load_policy", "policy_env_config", "read_env_config"]

@@ -193,9 +193,11 @@ def build_app(config: ServeConfig):
 
         # ---------------------------------------------------------- the batched loop
         @serve.batch(max_batch_size=config.max_batch_size, batch_wait_timeout_s=config.batch_wait_timeout_s)
-        async def answer_batch(self, questions: list[str]):
-            """Answer a batch of questions with one :meth:`Pipeline.stream` call; per round, yields each request's
-            events (a list, empty when its question had none; ``StopIteration`` once it is answered)."""
+        async def answer_batch(self, asked: list[tuple[str, float | None]]):
+            """Answer a batch of ``(question, budget)`` requests with one :meth:`Pipeline.stream` call (each question
+            at its own budget); per round, yields each request's events (a list, empty when its question had none;
+            ``StopIteration`` once it is answered)."""
+            questions, budgets = [q for q, _ in asked], [lam for _, lam in asked]
             n = len(questions)
             batch = self.stats.open(n)
             loop = asyncio.get_running_loop()
@@ -204,7 +206,7 @@ def build_app(config: ServeConfig):
 
             def produce():  # the loop runs in the replica's one loop thread (the pipeline is not thread-safe)
                 try:
-                    for ev in pipeline.stream(questions):
+                    for ev in pipeline.stream(questions, lam=budgets if any(b is not None for b in budgets) else None):
                         loop.call_soon_threadsafe(queue.put_nowait, ev)
                 except BaseException as e:  # noqa: BLE001 — handed to the requests of the batch
                     loop.call_soon_threadsafe(queue.put_nowait, _Failure(e))
@@ -241,9 +243,9 @@ def build_app(config: ServeConfig):
             finally:
                 self.stats.close()
 
-        async def events(self, question: str):
+        async def events(self, question: str, lam: float | None = None):
             """This request's events, as its batch's loop makes them."""
-            async for group in self.answer_batch(question):
+            async for group in self.answer_batch((question, lam)):
                 for ev in group:
                     yield ev
 
@@ -251,13 +253,17 @@ def build_app(config: ServeConfig):
         @app.post("/v1/chat/completions")
         async def chat_completions(self, request: Request):
             req = parse_chat_request(await request.body(), self.config.models, self.config.max_question_chars)
+            if req.lam is not None and not self.pipeline.reads_budget:
+                raise APIError(400, f"kairos.lambda: this model's policy ({self.description['policy']}) does not read "
+                                    "a budget — it was trained for one λ; serve a cost-conditioned policy to set one "
+                                    "per request", "kairos.lambda", "unsupported_parameter")
             rid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
             if req.stream:
                 return StreamingResponse(self._sse(req, rid, created), media_type="text/event-stream",
                                          headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
             answer = None
             try:
-                async for ev in self.events(req.question):  # (to its end: the batch closes each request's stream)
+                async for ev in self.events(req.question, req.lam):  # (to its end: the batch closes each stream)
                     if ev["event"] == "answer":
                         answer = ev
             except Exception as e:  # noqa: BLE001 — a failure of the loop: the request gets a 500
@@ -270,7 +276,7 @@ def build_app(config: ServeConfig):
         async def _sse(self, req, rid: str, created: int):
             yield sse(chunk(rid, created, req.model, {"role": "assistant", "content": ""}))
             try:
-                async for ev in self.events(req.question):
+                async for ev in self.events(req.question, req.lam):
                     if ev["event"] == "step":
                         yield sse(chunk(rid, created, req.model, {}, None,
                                         {"event": "step", "question_id": ev["question_id"], "step": ev["step"]}))

@@ -298,3 +298,11 @@ class TrainConfig(ConfigBase):
             if missing:
                 raise ConfigError(f"TrainConfig: curriculum for cost '{missing[0]}', which the env does not charge "
                                   f"(env_config.costs: {sorted(env.costs)}); add it to env_config.costs")
+            drawn = [k for k, sc in self.curriculum.items() if sc.high is not None]
+            blind = [k for k in drawn if k not in env.observe_costs]
+            if blind:
+                raise ConfigError(f"TrainConfig: curriculum.{blind[0]}.high draws each episode's λ from a range, but "
+                                  f"the policy would not see it: add '{blind[0]}' to env_config.observe_costs")
+            if drawn and self.warmstart.enabled and self.warmstart.kind != "counterfactual":
+                raise ConfigError(f"TrainConfig.warmstart.kind '{self.warmstart.kind}': a cost-conditioned policy "
+                                  "(curriculum with high) is warm-started from counterfactual labels only")

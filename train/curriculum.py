@@ -62,6 +62,10 @@ class ScheduleConfig(ConfigBase):
     end: float = helpf(0.1, "λ after `delay + iterations`")
     iterations: int = helpf(20, "iterations the schedule takes to go from start to end")
     delay: int = helpf(0, "iterations to hold `start` before moving")
+    high: float | None = helpf(None, "a cost-conditioned policy (env `observe_costs`): each episode draws its λ "
+                                     "log-uniformly from [the scheduled λ, high] — with start = high the range starts "
+                                     "at the expensive end and widens as the schedule moves (null: every episode pays "
+                                     "the scheduled λ)")
 
     def validate(self, where: str = "ScheduleConfig") -> None:
         import math
@@ -78,6 +82,11 @@ class ScheduleConfig(ConfigBase):
             raise ConfigError(f"ScheduleConfig: {self.kind} schedules need start > 0 and end > 0")
         if self.iterations < 0 or self.delay < 0:
             raise ConfigError("ScheduleConfig: iterations and delay must be >= 0")
+        if self.high is not None:
+            low = min(float(self.start), float(self.end))
+            if not math.isfinite(float(self.high)) or low <= 0 or float(self.high) < max(self.start, self.end):
+                raise ConfigError(f"{where}.high: a drawn λ range [scheduled λ, high] needs 0 < start, end <= high "
+                                  f"(draws are log-uniform), got start {self.start}, end {self.end}, high {self.high}")
 
 
 def schedule_value(s: ScheduleConfig, iteration: int) -> float:
@@ -97,25 +106,38 @@ class Curriculum:
                           for k, v in (schedules or {}).items()}
 
     def weights(self, iteration: int) -> dict[str, float]:
-        return {k: float(schedule_value(s, iteration)) for k, s in self.schedules.items()}
+        """λ of every scheduled cost whose episodes pay the scheduled value (no ``high``)."""
+        return {k: float(schedule_value(s, iteration)) for k, s in self.schedules.items() if s.high is None}
+
+    def ranges(self, iteration: int) -> dict[str, tuple[float, float]]:
+        """``(low, high)`` of every cost whose episodes draw their λ (``high`` set): low is the scheduled λ."""
+        return {k: (float(schedule_value(s, iteration)), float(s.high)) for k, s in self.schedules.items()
+                if s.high is not None}
+
+    def final(self) -> dict[str, float | tuple[float, float]]:
+        """Each cost's λ after the schedule ends: a value, or the ``(low, high)`` range episodes draw from."""
+        return {k: (float(s.end), float(s.high)) if s.high is not None else float(s.end)
+                for k, s in self.schedules.items()}
 
 
-def set_env_cost_weights(env: Any, weights: dict[str, float]) -> int:
-    """Set λ on an env, a vector env or a wrapper of either; returns how many (sub-)envs took it."""
+def set_env_cost_weights(env: Any, weights: dict[str, Any], method: str = "set_cost_weights") -> int:
+    """Set λ (``method="set_cost_ranges"``: the ranges episodes draw λ from) on an env, a vector env or a wrapper of
+    either; returns how many (sub-)envs took it."""
     u = getattr(env, "unwrapped", env)
-    if hasattr(u, "set_cost_weights"):
-        u.set_cost_weights(weights)
+    if hasattr(u, method):
+        getattr(u, method)(weights)
         return int(getattr(u, "num_envs", 1))
     if hasattr(u, "envs"):  # e.g. SyncVectorEnv
-        return sum(set_env_cost_weights(e, weights) for e in u.envs)
+        return sum(set_env_cost_weights(e, weights, method) for e in u.envs)
     if hasattr(u, "call"):
-        u.call("set_cost_weights", weights)
+        u.call(method, weights)
         return int(getattr(u, "num_envs", 1))
     return 0
 
 
-def apply_cost_weights(env_runner_group, weights: dict[str, float]) -> list[Any]:
-    """Set λ on every EnvRunner (remote and local). Never raises inside a runner (that would kill it).
+def apply_cost_weights(env_runner_group, weights: dict[str, Any], method: str = "set_cost_weights") -> list[Any]:
+    """Set λ (or, with ``method="set_cost_ranges"``, the ranges each episode draws λ from) on every EnvRunner
+    (remote and local). Never raises inside a runner (that would kill it).
 
     Returns one entry per runner: the number of envs updated, ``None`` for runners without an env, or the
     error text where setting failed.
@@ -128,7 +150,7 @@ def apply_cost_weights(env_runner_group, weights: dict[str, float]) -> list[Any]
         if env is None:
             return None
         try:
-            return set_env_cost_weights(env, weights)
+            return set_env_cost_weights(env, weights, method)
         except Exception as e:  # noqa: BLE001 - an exception here would kill the remote runner
             return f"{type(e).__name__}: {e}"
 

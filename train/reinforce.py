@@ -224,10 +224,13 @@ class Reinforce(Algorithm):
         if self.config.seed is not None:  # iteration k samples from RNGs seeded by (seed, k, runner): resumable
             seed, it = int(self.config.seed), int(self.iteration)
             self.env_runner_group.foreach_env_runner(lambda r: reseed_env_runner(r, seed, it), local_env_runner=True)
-        weights = Curriculum(self.config.curriculum).weights(self.iteration)
+        curriculum = Curriculum(self.config.curriculum)
+        weights, ranges = curriculum.weights(self.iteration), curriculum.ranges(self.iteration)
         if weights:
             apply_cost_weights(self.env_runner_group, weights)
-        return weights
+        if ranges:  # a cost-conditioned policy: each episode draws its λ from [scheduled λ, high]
+            apply_cost_weights(self.env_runner_group, ranges, method="set_cost_ranges")
+        return {**weights, **{f"{k}_low": lo for k, (lo, _) in ranges.items()}}
 
     def _sample_episodes(self) -> tuple[list, list]:
         """Complete episodes from every EnvRunner (in parallel), and the runners' metrics.

@@ -254,13 +254,16 @@ def run_warmstart_of(cfg: TrainConfig, show_progress: bool = True) -> Path:
     """The run's supervised warm start (``cfg.warmstart``): counterfactual labels of the training env's questions
     at the curriculum's final λ, the policy fitted with the run's model options; ``<out_dir>/warmstart``."""
     from train import dagger  # noqa: F401 — registers warm-start kind "dagger" with train.warmstart
+    from train.curriculum import Curriculum
     from train.warmstart import run_warmstart
 
     env = cfg.kairos_env  # the run's env (its preset applied on load), as the env runners build it
     lam = cfg.curriculum["retrieval_calls"].end if "retrieval_calls" in cfg.curriculum else \
         float(env.costs.get("retrieval_calls", 0.1))
+    ranges = {k: v for k, v in Curriculum(cfg.curriculum).final().items() if isinstance(v, tuple)}
     return run_warmstart(env.replace(max_questions=None), cfg.warmstart, Path(cfg.out_dir) / "warmstart",
-                         model_config=build_model_config(cfg), lam=lam, seed=cfg.seed, progress=show_progress)
+                         model_config=build_model_config(cfg), lam=lam, seed=cfg.seed, progress=show_progress,
+                         cost_ranges=ranges)
 
 
 def policy_env_config(cfg: TrainConfig) -> dict[str, Any] | None:

@@ -176,6 +176,31 @@ class RetrieveWithModeAt:
 
 
 # ---------------------------------------------------------------- labels
+#: each labelled decision's branch outcomes (quality and raw cost totals per cost of ``cost_names``): π₀'s episode
+#: (``base``), the accept branch and each query mode's retrieve branch — the labels at any λ
+#: (:func:`train.conditioning.labels_at`; a cost-conditioned policy's warm start draws λ per decision)
+OUTCOME_KEYS = ("q_base", "c_base", "q_accept", "c_accept", "q_modes", "c_modes")
+
+
+def branch_outcome(episode: dict[str, Any], cost_names: list[str]) -> tuple[float, np.ndarray]:
+    """An episode row's ``(quality, raw cost totals in cost_names order)`` (its decisions' ``costs`` summed)."""
+    tot = np.zeros(len(cost_names))
+    for d in episode["decisions"]:
+        costs = d.get("costs") or {}
+        for i, c in enumerate(cost_names):
+            tot[i] += float(costs.get(c, 0.0))
+    return float(episode["quality"]), tot
+
+
+def outcome_arrays(base: list[tuple], accept: list[tuple], modes: list[list[tuple]]) -> dict[str, np.ndarray]:
+    """:data:`OUTCOME_KEYS` arrays of N decisions' outcomes: ``q_*`` [N] (``q_modes`` [N, M]), ``c_*`` [N, C]
+    (``c_modes`` [N, M, C])."""
+    return {"q_base": np.array([b[0] for b in base]), "c_base": np.stack([b[1] for b in base]),
+            "q_accept": np.array([a[0] for a in accept]), "c_accept": np.stack([a[1] for a in accept]),
+            "q_modes": np.array([[m[0] for m in ms] for ms in modes]),
+            "c_modes": np.stack([np.stack([m[1] for m in ms]) for ms in modes])}
+
+
 def counterfactual_labels(env_config: EnvConfig, questions: list[int], opts: WarmStartOptions, lam: float,
                           out_dir: Path, components=None, progress: bool = True) -> dict[str, Any]:
     """Observations and counterfactual labels of π₀'s decisions on ``questions`` (see the module docstring).
@@ -210,8 +235,8 @@ def counterfactual_labels(env_config: EnvConfig, questions: list[int], opts: War
                                       for i, shard in enumerate(shards)])
     n = np.array([len(s) for s in shards], dtype=np.float64)
     merged = {"obs": {f: np.concatenate([p["obs"][f] for p in parts]) for f in parts[0]["obs"]},
-              "modes": parts[0]["modes"]}
-    for key in ("y", "w", "delta", "delta_modes", "base_action", "base_reward", "question"):
+              "modes": parts[0]["modes"], "cost_names": parts[0]["cost_names"]}
+    for key in ("y", "w", "delta", "delta_modes", "base_action", "base_reward", "question", *OUTCOME_KEYS):
         merged[key] = np.concatenate([p[key] for p in parts])
     for key in ("behavior_reward", "behavior_accuracy", "behavior_calls"):  # means over each shard's questions
         merged[key] = float(np.dot(n, [p[key] for p in parts]) / n.sum())
@@ -286,6 +311,9 @@ def _label_shard(cfg, questions: list[int], opts: WarmStartOptions, out_dir: Pat
     keys = {q: sorted(by_qid.get(qid_of[q], [])) for q in questions}
     flip_reward: dict[tuple[int, int], float] = {}
     mode_reward: dict[tuple[int, int, int], float] = {}  # (question, step, mode ≥ 1) -> R(retrieve there with it)
+    cost_names = list(cfg.costs)
+    flip_out: dict[tuple[int, int], tuple] = {}  # each branch's (quality, raw cost totals): labels at any λ
+    mode_out: dict[tuple[int, int, int], tuple] = {}
     max_k = max((k[0] for ks in keys.values() for k in ks if k[1] == 0), default=0)
     for k in range(1, max_k + 1):
         qs = [q for q in questions if (k, 0) in keys[q]]
@@ -295,6 +323,7 @@ def _label_shard(cfg, questions: list[int], opts: WarmStartOptions, out_dir: Pat
                               progress=f"warm start: counterfactual at step {k}" if progress else None)
         for e in res["episodes"]:
             flip_reward[(e["question_index"], k)] = float(e["reward"])
+            flip_out[(e["question_index"], k)] = branch_outcome(e, cost_names)
         for m in range(1, len(modes)):  # QueryGen: the retrieve branch once more per further mode
             res = evaluate_policy(RetrieveWithModeAt(base, k, m), cfg, qs, batch_size=opts.batch_envs,
                                   components=comps, return_episodes=True,
@@ -302,8 +331,10 @@ def _label_shard(cfg, questions: list[int], opts: WarmStartOptions, out_dir: Pat
                                   progress=f"warm start: step {k}, mode {modes[m]}" if progress else None)
             for e in res["episodes"]:
                 mode_reward[(e["question_index"], k, m)] = float(e["reward"])
+                mode_out[(e["question_index"], k, m)] = branch_outcome(e, cost_names)
     rows = []
     for q in questions:
+        base_out = branch_outcome(by_q[q], cost_names)
         for k in keys[q]:
             if k[1] != 0:
                 continue  # a second decision on a step (retrieval caps > 1) has no single-flip branch here
@@ -311,13 +342,18 @@ def _label_shard(cfg, questions: list[int], opts: WarmStartOptions, out_dir: Pat
             rb, rf = float(by_q[q]["reward"]), flip_reward[(q, k[0])]
             r_accept, r_retrieve = (rb, rf) if a == 0 else (rf, rb)
             r_modes = [r_retrieve] + [mode_reward[(q, k[0], m)] for m in range(1, len(modes))]
-            rows.append((q, obs, a, rb, [r - r_accept for r in r_modes]))  # R(retrieve at k, mode m) − R(accept)
+            o_accept, o_retrieve = (base_out, flip_out[(q, k[0])]) if a == 0 else (flip_out[(q, k[0])], base_out)
+            o_modes = [o_retrieve] + [mode_out[(q, k[0], m)] for m in range(1, len(modes))]
+            rows.append((q, obs, a, rb, [r - r_accept for r in r_modes],  # R(retrieve at k, mode m) − R(accept)
+                         base_out, o_accept, o_modes))
     if not rows:
         raise ConfigError("warm start: the behavior policy made no decisions on the labelled questions")
     fields = list(rows[0][1])
     delta_modes = np.array([r[4] for r in rows], dtype=np.float64)
     delta = delta_modes.max(axis=1)
     return {"obs": {f: np.stack([r[1][f] for r in rows]) for f in fields},
+            **outcome_arrays([r[5] for r in rows], [r[6] for r in rows], [r[7] for r in rows]),
+            "cost_names": cost_names,
             "y": (delta > 0).astype(np.float32), "w": np.abs(delta).astype(np.float32), "delta": delta,
             "delta_modes": delta_modes, "modes": modes,
             "base_action": np.array([r[2] for r in rows], dtype=np.int64),
@@ -366,25 +402,65 @@ def mode_targets(delta_modes: np.ndarray, y: np.ndarray | None = None) -> tuple[
     return target.astype(np.int64), weight
 
 
-def fit_policy(data: dict[str, Any], spec, opts: WarmStartOptions, seed: int = 0):
+def fit_policy(data: dict[str, Any], spec, opts: WarmStartOptions, seed: int = 0, sampler=None):
     """The warm-started :class:`PolicyNet` and its fitting log (see the module docstring, item 4); fitted in
-    ``opts.dtype`` (the network, its input statistics and the data), returned in float32."""
+    ``opts.dtype`` (the network, its input statistics and the data), returned in float32. ``sampler``: a
+    :class:`train.conditioning.CostSampler` — a cost-conditioned policy, each decision's λ drawn afresh every epoch
+    (its observed ``costs`` field and its labels follow), validated on one fixed draw."""
     import torch
 
     if opts.dtype == "float32":
-        return _fit_policy(data, spec, opts, seed)
+        return _fit_policy(data, spec, opts, seed, sampler)
     before = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:
         wide = {**data, "obs": {k: np.asarray(v, dtype=np.float64) for k, v in data["obs"].items()},
                 **{k: np.asarray(data[k], dtype=np.float64) for k in ("y", "w", "base_reward")}}
-        net, fit = _fit_policy(wide, spec, opts, seed)
+        net, fit = _fit_policy(wide, spec, opts, seed, sampler)
     finally:
         torch.set_default_dtype(before)
     return net.float(), fit
 
 
-def _fit_policy(data: dict[str, Any], spec, opts: WarmStartOptions, seed: int = 0):
+class _Targets:
+    """The fit's targets as tensors — the labels at the labelling λ, or (with a cost sampler) at λ drawn per
+    decision: :meth:`redraw` before every epoch (the validation rows keep one fixed draw)."""
+
+    def __init__(self, data: dict[str, Any], obs: dict, sampler, rng: np.random.Generator, val: np.ndarray):
+        import torch
+
+        self.data, self.obs, self.sampler, self.with_modes = data, obs, sampler, False
+        dm = data.get("delta_modes")
+        self.with_modes = dm is not None and dm.shape[1] > 1
+        self.val, self.val_weights = val, (sampler.draw(rng, len(val)) if sampler is not None else None)
+        self.dtype = torch.get_default_dtype()
+        self._set(data)
+
+    def _set(self, labels: dict[str, Any]) -> None:
+        import torch
+
+        self.labels = {**self.data, **labels}
+        self.y, self.w = (torch.as_tensor(np.asarray(labels[k]), dtype=self.dtype) for k in ("y", "w"))
+        self.ret = torch.as_tensor(np.asarray(labels["base_reward"]), dtype=self.dtype)
+        if self.with_modes:  # the mode head: the best mode's index, weighted by how much the mode matters there
+            mode_y, mode_w = mode_targets(labels["delta_modes"], labels["y"])
+            self.mode_y, self.mode_w = torch.as_tensor(mode_y), torch.as_tensor(mode_w, dtype=self.dtype)
+
+    def redraw(self, rng: np.random.Generator) -> None:
+        """New λ for every training decision (its ``costs`` field and labels); the validation rows keep theirs."""
+        import torch
+
+        from train.conditioning import labels_at
+
+        if self.sampler is None:
+            return
+        weights = self.sampler.draw(rng, len(self.data["y"]))
+        weights[self.val] = self.val_weights
+        self._set(labels_at(self.data, weights))
+        self.obs["costs"] = torch.as_tensor(self.sampler.features(weights), dtype=self.dtype)
+
+
+def _fit_policy(data: dict[str, Any], spec, opts: WarmStartOptions, seed: int = 0, sampler=None):
     import torch
 
     from policies.rl.net import PolicyNet
@@ -396,20 +472,18 @@ def _fit_policy(data: dict[str, Any], spec, opts: WarmStartOptions, seed: int = 
     is_val = np.array([q in val_q for q in data["question"]])
     tr, va = np.flatnonzero(~is_val), np.flatnonzero(is_val)
     obs = {k: torch.as_tensor(v) for k, v in data["obs"].items() if k in spec.fields}
+    if sampler is not None and "costs" not in spec.fields:
+        raise ValueError("fit_policy: a cost sampler needs a policy that observes 'costs' (env observe_costs)")
+    t = _Targets(data, obs, sampler, rng, va)
+    t.redraw(rng)  # the input statistics see the drawn λ
     net = PolicyNet(spec)
     sub = {k: v[torch.as_tensor(tr)] for k, v in obs.items()}
     net.fit_reducers(sub)
     net.update_normalizer(sub)
-    y = torch.as_tensor(data["y"])
-    w = torch.as_tensor(data["w"])
-    ret = torch.as_tensor(data["base_reward"])
     dm = data.get("delta_modes")
-    with_modes = dm is not None and dm.shape[1] > 1
-    if with_modes != (net.query_head is not None) or (with_modes and dm.shape[1] != spec.n_modes):
+    if t.with_modes != (net.query_head is not None) or (t.with_modes and dm.shape[1] != spec.n_modes):
         raise ValueError(f"fit_policy: the labels have {1 if dm is None else dm.shape[1]} query mode(s), the policy's "
                          f"query head {spec.n_modes} (label and train with the same env querygen / query_modes)")
-    if with_modes:  # the mode head: the best mode's index, weighted by how much the mode matters there
-        mode_y, mode_w = (torch.as_tensor(a) for a in mode_targets(dm, data["y"]))
     opt = torch.optim.AdamW(net.parameters(), lr=opts.lr, weight_decay=opts.weight_decay)
     best = (-np.inf, None, -1)
     history = []
@@ -419,31 +493,33 @@ def _fit_policy(data: dict[str, Any], spec, opts: WarmStartOptions, seed: int = 
         with torch.no_grad():
             out = net.forward_heads({k: v[torch.as_tensor(idx)] for k, v in obs.items()})
         net.train()
-        if with_modes:
+        if t.with_modes:
             mode_all[idx] = out["mode_logits"].argmax(-1).numpy()
         return torch.softmax(out["retrieve_logits"], -1)[:, 1].numpy()
 
     p_all = np.zeros(len(data["y"]))
-    mode_all = np.zeros(len(data["y"]), dtype=np.int64) if with_modes else None
+    mode_all = np.zeros(len(data["y"]), dtype=np.int64) if t.with_modes else None
     for epoch in range(opts.epochs):
+        if epoch:
+            t.redraw(rng)
         perm = rng.permutation(tr)
         total = 0.0
         for i in range(0, len(perm), opts.batch_size):
             b = torch.as_tensor(perm[i:i + opts.batch_size])
             out = net.forward_heads({k: v[b] for k, v in obs.items()})
             logit = out["retrieve_logits"][:, 1] - out["retrieve_logits"][:, 0]
-            bce = torch.nn.functional.binary_cross_entropy_with_logits(logit, y[b], weight=w[b], reduction="sum")
-            loss = bce / w[b].sum().clamp_min(1e-8) + 0.5 * torch.mean((out["value"] - ret[b]) ** 2)
-            if with_modes:
-                ce = torch.nn.functional.cross_entropy(out["mode_logits"], mode_y[b], reduction="none")
-                loss = loss + (ce * mode_w[b]).sum() / mode_w[b].sum().clamp_min(1e-8)
+            bce = torch.nn.functional.binary_cross_entropy_with_logits(logit, t.y[b], weight=t.w[b], reduction="sum")
+            loss = bce / t.w[b].sum().clamp_min(1e-8) + 0.5 * torch.mean((out["value"] - t.ret[b]) ** 2)
+            if t.with_modes:
+                ce = torch.nn.functional.cross_entropy(out["mode_logits"], t.mode_y[b], reduction="none")
+                loss = loss + (ce * t.mode_w[b]).sum() / t.mode_w[b].sum().clamp_min(1e-8)
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
             opt.step()
             total += loss.item() * len(b)
         p_all[va] = probs(va)
-        g = decision_gain(p_all, data, va, mode=mode_all)
+        g = decision_gain(p_all, t.labels, va, mode=mode_all)
         history.append({"epoch": epoch + 1, "train_loss": total / max(1, len(tr)), "val_gain": g})
         if g > best[0]:
             best = (g, {k: v.detach().clone() for k, v in net.state_dict().items()}, epoch + 1)
@@ -452,12 +528,13 @@ def _fit_policy(data: dict[str, Any], spec, opts: WarmStartOptions, seed: int = 
     p_all[tr] = probs(tr)
     p_all[va] = probs(va)
     return net, {"best_epoch": best[2], "val_gain_per_question": best[0],
-                 "train_gain_per_question": decision_gain(p_all, data, tr, mode=mode_all), "history": history,
+                 "train_gain_per_question": decision_gain(p_all, t.labels, tr, mode=mode_all), "history": history,
                  "n_train_questions": int(len(qs) - len(val_q)), "n_val_questions": int(len(val_q))}
 
 
 # ---------------------------------------------------------------- the whole step
-def finished_warmstart(out: Path, cfg: EnvConfig, opts: WarmStartOptions) -> Path | None:
+def finished_warmstart(out: Path, cfg: EnvConfig, opts: WarmStartOptions,
+                       cost_ranges: dict[str, tuple[float, float]] | None = None) -> Path | None:
     """The exported policy of a finished warm start in ``out`` (its ``summary.json`` present), ``None`` when there
     is none; one of another kind or for another number of query modes is an error (delete it or use another
     out_dir)."""
@@ -479,14 +556,22 @@ def finished_warmstart(out: Path, cfg: EnvConfig, opts: WarmStartOptions) -> Pat
     if dtype != opts.dtype:
         raise ConfigError(f"warm start: {out} holds a warm start fitted in {dtype}, this run asks for "
                           f"warmstart.dtype '{opts.dtype}': delete {out} or use another out_dir")
+    saved_ranges = {k: tuple(v) for k, v in (json.loads((out / "summary.json").read_text()).get("cost_ranges")
+                                             or {}).items()}
+    if saved_ranges != dict(cost_ranges or {}):
+        raise ConfigError(f"warm start: {out} holds a warm start fitted over the cost ranges {saved_ranges or 'none'}, "
+                          f"this run draws {dict(cost_ranges or {}) or 'none'}: delete {out} or use another out_dir")
     log.info("warm start: reusing %s", out / "policy")
     return out / "policy"
 
 
 def run_warmstart(env_config: EnvConfig, opts: WarmStartOptions, out_dir: str | Path,
-                  model_config: dict[str, Any], lam: float = 0.1, seed: int = 0, progress: bool = True) -> Path:
+                  model_config: dict[str, Any], lam: float = 0.1, seed: int = 0, progress: bool = True,
+                  cost_ranges: dict[str, tuple[float, float]] | None = None) -> Path:
     """Label, fit and export; returns the exported policy directory (``<out_dir>/policy``). A finished
-    warm start (its ``summary.json`` present) is reused; an interrupted one resumes its label files."""
+    warm start (its ``summary.json`` present) is reused; an interrupted one resumes its label files.
+    ``cost_ranges``: a cost-conditioned policy (the env's ``observe_costs``) — each decision's λ of these costs is
+    drawn from ``(low, high)`` every epoch (:mod:`train.conditioning`)."""
     import torch
 
     from envs.components import build_components
@@ -497,9 +582,13 @@ def run_warmstart(env_config: EnvConfig, opts: WarmStartOptions, out_dir: str | 
 
     out = Path(out_dir)
     cfg = env_config.replace(max_questions=None)
-    done = finished_warmstart(out, cfg, opts)
+    cost_ranges = {k: (float(a), float(b)) for k, (a, b) in (cost_ranges or {}).items()}
+    done = finished_warmstart(out, cfg, opts, cost_ranges)
     if done is not None:
         return done
+    if opts.kind != "counterfactual" and cfg.observe_costs:
+        raise ConfigError(f"warmstart.kind '{opts.kind}': a cost-conditioned policy (env observe_costs) is warm-started "
+                          "from counterfactual labels only (kind: counterfactual)")
     if opts.kind != "counterfactual":  # another kind's runner, registered by its module (train.dagger: 'dagger')
         runner = KIND_RUNNERS.get(opts.kind)
         if runner is None:
@@ -516,13 +605,17 @@ def run_warmstart(env_config: EnvConfig, opts: WarmStartOptions, out_dir: str | 
     env = RetrievalTimingEnv(cfg, components=comps)
     spec = spec_from_spaces(env.observation_space, env.action_space, model_config)
     env.close()
+    from train.conditioning import cost_sampler
+
+    sampler = cost_sampler(data, {**cfg.costs, "retrieval_calls": lam}, cost_ranges, list(cfg.observe_costs))
     with torch.random.fork_rng():
-        net, fit = fit_policy(data, spec, opts, seed=seed)
+        net, fit = fit_policy(data, spec, opts, seed=seed, sampler=sampler)
     path = export_policy(net, out / "policy", heads=("retrieve", "query", "value"),
                          extra={"name": "warmstart", "warmstart": {"lambda": lam, "behavior": opts.behavior}},
                          env_config=cfg.to_dict())
     summary = {"questions": n, "decisions": int(len(data["y"])), "positives": int(data["y"].sum()),
-               "lambda": lam, "behavior": opts.to_dict(), "behavior_reward": data["behavior_reward"],
+               "lambda": lam, **({"cost_ranges": cost_ranges} if cost_ranges else {}),
+               "behavior": opts.to_dict(), "behavior_reward": data["behavior_reward"],
                "behavior_accuracy": data["behavior_accuracy"], "behavior_calls": data["behavior_calls"],
                "seconds": round(time.perf_counter() - t0, 1), **fit}
     if len(data["modes"]) > 1:  # QueryGen: how often each mode is the best retrieve branch where retrieving pays

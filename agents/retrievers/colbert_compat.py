@@ -8,7 +8,10 @@ Call :func:`prepare_colbert` before importing anything from ``colbert``; it is i
 - installs :func:`patch_hf_colbert`: colbert's ``HF_ColBERT.__init__`` calls the old ``init_weights()``;
   transformers 5 expects ``post_init()`` to run first (it sets ``all_tied_weights_keys``, without which
   ``from_pretrained`` fails with ``'HF_ColBERT' object has no attribute 'all_tied_weights_keys'``). The
-  patch wraps colbert's ``class_factory`` so the class it builds runs ``post_init()`` when needed.
+  patch wraps colbert's ``class_factory`` so the class it builds runs ``post_init()`` when needed,
+- installs :func:`patch_metadata`: every checkpoint and index colbert saves records the git branch of the *working
+  directory's* repository, and gitpython raises ``TypeError`` on a detached HEAD (a CI checkout, a tag, a ``ray job``
+  working copy) — saving failed there. The patch records what git can say and nothing where it cannot.
 
 Example:
     >>> env = prepare_colbert()  # doctest: +SKIP
@@ -70,6 +73,43 @@ def _transformers_major() -> int:
     return int(transformers.__version__.split(".")[0])
 
 
+def safe_metadata() -> dict[str, Any]:
+    """colbert's provenance record (host, command, time) with the git fields it can read: none on a detached HEAD or
+    outside a repository (where colbert's own raised)."""
+    import socket
+    import sys
+    import time
+
+    from colbert.utils.utils import dotdict
+
+    args = dotdict()
+    args.hostname = socket.gethostname()
+    try:
+        import git
+
+        repo = git.Repo(search_parent_directories=True)
+        args.git_hash = repo.head.object.hexsha
+        args.git_commit_datetime = str(repo.head.object.committed_datetime)
+        args.git_branch = None if repo.head.is_detached else repo.active_branch.name
+    except Exception:  # noqa: BLE001 — no repository, no git, a detached or unborn HEAD: provenance without git
+        pass
+    args.current_datetime = time.strftime("%b %d, %Y ; %l:%M%p %Z (%z)")
+    args.cmd = " ".join(sys.argv)
+    return args
+
+
+def patch_metadata() -> None:
+    """Replace colbert's ``get_metadata_only`` (imported by name into its config and data modules) with
+    :func:`safe_metadata`."""
+    import importlib
+
+    for name in ("utility.utils.save_metadata", "colbert.infra.config.base_config", "colbert.infra.config.core_config",
+                 "colbert.data.examples", "colbert.data.ranking"):
+        mod = importlib.import_module(name)
+        if hasattr(mod, "get_metadata_only"):
+            mod.get_metadata_only = safe_metadata
+
+
 def patch_hf_colbert() -> None:
     """Wrap ``colbert.modeling.hf_colbert.class_factory`` (and every module that imported it by name)."""
     global _PATCHED
@@ -89,6 +129,7 @@ def patch_hf_colbert() -> None:
     for mod in (hf_colbert, base_colbert, doc_tok, query_tok):
         if getattr(mod, "class_factory", None) is original:
             mod.class_factory = class_factory
+    patch_metadata()
     _PATCHED = True
     log.debug("patched colbert class_factory for transformers %d", _transformers_major())
 

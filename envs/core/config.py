@@ -341,19 +341,10 @@ def sets_error(e: ConfigError, given: dict[str, str], flag: str = "--set") -> Co
 
 
 def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
-    """A YAML file whose top level is a mapping; a missing file, invalid YAML (named ``file:line:column``) or another
-    top level is a :class:`ConfigError`."""
-    import yaml
+    """A config file as one mapping, its ``base:`` chain merged (:func:`envs.core.config_files.read_config`: the one
+    YAML reader of every config). A missing file, bytes that are not UTF-8 (``file:line``), invalid YAML
+    (``file:line:column``), a key given twice (both lines), an empty file, another top level or a bad ``base`` is a
+    :class:`ConfigError`."""
+    from envs.core.config_files import read_config
 
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
-        raise ConfigError(f"{where}: invalid YAML ({getattr(e, 'problem', None) or e})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
-    return data
+    return read_config(path)[0]

@@ -29,9 +29,16 @@ class BenchConfig(ConfigBase):
     dev: str = helpf("0:100", "calibration questions: a 'start:stop' slice of the split")
     test: str = helpf("100:400", "evaluation questions: a 'start:stop' slice, disjoint from dev")
     lambda_retrieval: float = helpf(0.1, "λ of retrieval calls in the reward used to calibrate and report", ge=0)
+    lambdas: list[float] = helpf([], "run the benchmark at every λ of this list (each in <out_dir>/lambda=<λ>: fixed "
+                                     "triggers calibrated at that λ, a cost-conditioned policy told it) and report "
+                                     "the frontier (eval.bench.budgets); must hold lambda_retrieval, the headline "
+                                     "λ. Empty: one λ", ge=0)
     reference: str = helpf("CoT", "the method every other is compared with (paired tests)")
     methods: list[MethodSpec] = field(default_factory=list, metadata={"help": (
         "the methods to run; each mapping's 'kind' picks its spec class (eval.bench.methods.METHOD_KINDS)")})
+    compare: list[list[str]] = helpf([], "pairs [A, B] of learned groups (seeds of one recipe) to compare: A − B on "
+                                         "reward and calls, seeds pooled per question, paired bootstrap (two "
+                                         "recipes' rows in one benchmark)")
     test_curves: bool = helpf(True, "sweep each threshold trigger's grid on test too (the plot's curves)")
     group_by: list[str] = helpf([], "question attributes to break results down by (e.g. hops)")
     batch_size: int = helpf(16, "questions in flight per batched generation call", ge=1)
@@ -59,6 +66,16 @@ class BenchConfig(ConfigBase):
         modes = list(self.env.query_modes)
         for m in self.methods:  # what a method names of the whole benchmark: matched methods, query modes
             m.check_with(names, modes)
+        groups = {m.group or m.name for m in self.methods if m.kind == "learned"}
+        for pair in self.compare:
+            if len(pair) != 2 or any(g not in groups for g in pair):
+                raise ConfigError(f"BenchConfig: compare entry {pair} must name two learned groups (groups: "
+                                  f"{', '.join(sorted(groups)) or 'none'})")
+        if self.lambdas and not any(abs(x - self.lambda_retrieval) < 1e-12 for x in self.lambdas):
+            raise ConfigError(f"BenchConfig: lambdas {self.lambdas} must include lambda_retrieval "
+                              f"({self.lambda_retrieval:g}), the λ of the headline summary")
+        if len(set(self.lambdas)) != len(self.lambdas):
+            raise ConfigError(f"BenchConfig: lambdas {self.lambdas} lists a λ twice")
         d, t = parse_slice(self.dev, "dev"), parse_slice(self.test, "test")
         if set(d) & set(t):
             raise ConfigError(f"BenchConfig: dev {self.dev} and test {self.test} overlap")

@@ -381,15 +381,13 @@ class LearnedMethod(MethodSpec):
         """Every export this method may run (``path``, and with ``select_on_dev`` the run's snapshots) fits the env
         it runs in — observation fields and sizes, query modes (:func:`policies.rl.compat.check_policy_env`) —
         before the benchmark's first method runs."""
-        from envs.env_signals import observation_groups
-        from envs.retrieval_env import HISTORY_DIM
+        from envs.retrieval_env import observation_dims
         from policies.rl.compat import check_policy_env
 
         if runner.cfg.skip_missing_policies and policy_path_missing(self.path):
             return
         env_config, components = runner._with_overrides(self.env)
-        groups = observation_groups(env_config, components.feature_dims)  # the env's observation space, as built
-        dims = {**groups, "history": HISTORY_DIM, "mask": len(groups)}
+        dims = observation_dims(env_config, components.feature_dims)  # the env's observation space, as built
         paths = calibration.snapshot_candidates(self.path) if self.select_on_dev else [Path(self.path)]
         for path in paths:
             t = dataclasses.replace(self, path=str(path), select_on_dev=False).make_trigger()

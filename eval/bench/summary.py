@@ -84,6 +84,8 @@ def summarize(cfg: BenchConfig, runner: Runner, results: dict[str, dict], calib:
                          f"{g['fraction']:.2f} [95% CI {g['lo']:.2f}, {g['hi']:.2f}]")
             notes.append(line + ".")
     notes += _seed_pooled_notes(cfg, kinds, results, learned, best_fixed, oracle)
+    group_comparisons = _compare_groups(cfg, kinds, results, learned)
+    notes += [c["note"] for c in group_comparisons]
     for name, r in results.items():
         notes += kinds[name].report_notes(r)
     for k, why in skipped.items():
@@ -103,7 +105,11 @@ def summarize(cfg: BenchConfig, runner: Runner, results: dict[str, dict], calib:
         "reference": ref, "methods": methods, "comparisons": comparisons, "matched_budget": matched,
         "dominance": dominance, "frontier": frontier, "breakdowns": breakdowns, "notes": notes,
         "calibration": calib, "skipped": skipped, "best_fixed": best_fixed, "oracle": oracle,
-        "oracle_gap": gap, "oracle_gap_by": gap_by,
+        "oracle_gap": gap, "oracle_gap_by": gap_by, "group_comparisons": group_comparisons,
+        # per-question test rewards of the rows a comparison across benchmarks pairs (eval.bench.budgets)
+        "rewards": {k: [float(e["reward"]) for e in results[k]["episodes"]]
+                    for k in dict.fromkeys([*learned, *([best_fixed] if best_fixed else []),
+                                            *([oracle] if oracle else []), *([ref] if ref else [])])},
     }
 
 
@@ -158,6 +164,27 @@ def _seed_pooled_notes(cfg: BenchConfig, kinds: dict, results: dict, learned: li
                                    n_resamples=cfg.n_resamples, seed=cfg.seed)
             line += f"; oracle-gap fraction {g['fraction']:.2f} [95% CI {g['lo']:.2f}, {g['hi']:.2f}]"
         out.append(line + ".")
+    return out
+
+
+def _compare_groups(cfg: BenchConfig, kinds: dict, results: dict, learned: list[str]) -> list[dict[str, Any]]:
+    """``cfg.compare``'s pairs of learned groups: A − B on reward and on calls, each group's seeds averaged per
+    question, paired bootstrap over questions."""
+    groups = {g: names for g, names in _learned_groups(kinds, learned).items()}
+    groups.update({k: [k] for k in learned if not getattr(kinds[k], "group", None)})
+    out = []
+    for a, b in cfg.compare:
+        if a not in groups or b not in groups:
+            continue  # a group whose rows were skipped
+        pooled = {g: {key: np.mean([[e[key] for e in results[k]["episodes"]] for k in groups[g]], axis=0)
+                      for key in ("reward", "calls", "quality")} for g in (a, b)}
+        d = {key: stats.paired_bootstrap(pooled[a][key], pooled[b][key], n_resamples=cfg.n_resamples, seed=cfg.seed)
+             for key in ("reward", "quality", "calls")}
+        note = (f"{a} − {b} ({len(groups[a])} vs {len(groups[b])} seeds, pooled per question): reward "
+                f"{d['reward']['diff']:+.3f} [95% CI {d['reward']['lo']:+.3f}, {d['reward']['hi']:+.3f}], accuracy "
+                f"{d['quality']['diff']:+.3f} [{d['quality']['lo']:+.3f}, {d['quality']['hi']:+.3f}], calls "
+                f"{d['calls']['diff']:+.2f} [{d['calls']['lo']:+.2f}, {d['calls']['hi']:+.2f}] (paired bootstrap).")
+        out.append({"a": a, "b": b, **{k: v for k, v in d.items()}, "note": note})
     return out
 
 

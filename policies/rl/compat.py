@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 #: EnvConfig keys that shape the observation fields (what a mismatch is most likely to come from)
 SHAPING_KEYS = ("reasoner", "signals", "pulse_layers", "pulse_layers_from", "content_layers", "probes",
-                "rsus_components")
+                "rsus_components", "observe_costs")
 
 __all__ = ["SHAPING_KEYS", "PolicyMismatchError", "check_policy_env", "env_field_sizes", "policy_net"]
 
