@@ -195,6 +195,9 @@ def test_bad_requests_get_a_4xx_naming_the_field(server, client):
     assert refused(lambda: create(model="kairos", messages=user, extra_body={"stream": "yes"})) == \
         (400, "stream", "invalid_type")
     assert refused(lambda: create(model="kairos", messages=user, n=3)) == (400, "n", "invalid_value")
+    # a budget for a policy trained at one λ: refused, naming the field (it would change no decision)
+    assert refused(lambda: create(model="kairos", messages=user, extra_body={"kairos": {"lambda": 0.3}})) == \
+        (400, "kairos.lambda", "unsupported_parameter")
     raw = requests.post(url + "/v1/chat/completions", data=b'{"model": "kairos", "messages": [',
                      headers={"Content-Type": "application/json"})
     assert raw.status_code == 400 and raw.json()["error"]["code"] == "invalid_json"

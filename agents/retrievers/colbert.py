@@ -101,6 +101,15 @@ def check_checkpoint(path: str | Path) -> Path:
     p = Path(path).expanduser()
     if not p.is_absolute() and not p.exists() and (REPO_ROOT / p).exists():
         p = REPO_ROOT / p
+    if not p.exists():  # a hub id (colbert-ir/colbertv2.0): its snapshot in the local HF cache, as models resolve
+        from agents.reasoners.models import HUB_ID, ModelNotFoundError, resolve_model
+
+        if HUB_ID.match(str(path)) and "/" in str(path) and not str(path).startswith((".", "/", "~")):
+            try:
+                p = resolve_model(str(path), required="artifact.metadata")
+            except ModelNotFoundError as e:
+                raise ModelNotFoundError(f"ColBERT checkpoint: {e}; or train one with `kairos retriever "
+                                         "train-colbert --out DIR`") from None
     p = p.resolve()
     if not p.is_dir():
         raise FileNotFoundError(f"ColBERT checkpoint not found: {p}; train one with "

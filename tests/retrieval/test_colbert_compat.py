@@ -86,3 +86,48 @@ def test_raw_model_folder_is_not_a_checkpoint(tmp_path):
         check_checkpoint(tmp_path / "none")
     with pytest.raises(ValueError, match="checkpoint is required"):
         check_checkpoint("")
+
+
+def test_a_hub_id_resolves_from_the_local_hf_cache_through_the_model_resolver(tmp_path):
+    """``colbert-ir/colbertv2.0``-style ids: the snapshot in $HF_HUB_CACHE (as models resolve); missing, the same
+    ModelNotFoundError listing what was tried."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    snap = tmp_path / "hub" / "models--kairos-test--colbert-tiny" / "snapshots" / "abc123"
+    snap.mkdir(parents=True)
+    (snap / "artifact.metadata").write_text("{}")
+    (snap / "config.json").write_text("{}")
+    (tmp_path / "hub" / "models--kairos-test--colbert-tiny" / "refs").mkdir()
+    (tmp_path / "hub" / "models--kairos-test--colbert-tiny" / "refs" / "main").write_text("abc123")
+    code = ("from agents.retrievers.colbert import check_checkpoint\n"
+            "print(check_checkpoint('kairos-test/colbert-tiny'))\n"
+            "try:\n    check_checkpoint('kairos-test/not-there')\n"
+            "except FileNotFoundError as e:\n    print(type(e).__name__, e)\n")
+    env = {**__import__("os").environ, "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+    r = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    first, second = r.stdout.splitlines()[:2]
+    assert Path(first) == snap.resolve()
+    assert second.startswith("ModelNotFoundError ColBERT checkpoint: model 'kairos-test/not-there' not found")
+    assert "the Hugging Face cache" in second and "train-colbert" in second
+
+
+def test_colbert_metadata_survives_a_detached_head(tmp_path, monkeypatch):
+    """colbert-ai records the working directory's git branch in every checkpoint and index; on a detached HEAD
+    gitpython raises — the patched record leaves the branch out instead."""
+    import subprocess
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "f").write_text("x")
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    for cmd in (["add", "f"], ["commit", "-qm", "x"], ["checkout", "-q", "--detach"]):
+        subprocess.run(["git", "-C", str(tmp_path), *cmd], check=True, env={**__import__("os").environ, **env})
+    monkeypatch.chdir(tmp_path)
+    colbert_compat.prepare_colbert()
+    from colbert.infra.config import base_config
+
+    meta = base_config.get_metadata_only()
+    assert meta.git_branch is None and len(meta.git_hash) == 40
