@@ -21,6 +21,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 TRAIN_CONFIG = "configs/train_microworld_rsus_verb_ent.yaml"  # the main job's recipe
 PROXY_CONFIG = "configs/probe_rsus_proxy.yaml"  # the U_verb proxy it reads (trained first, into <out>/probes/)
+RETRIEVER_CONFIG = "configs/retriever_colbert_microworld.yaml"  # its ColBERT checkpoint and PLAID index (<out>/colbert/)
 MARKER = ".kairos-quickstart"  # in every --out folder quickstart created (or found empty): it may write there
 
 
@@ -54,6 +55,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="ProbeTrainConfig YAML of the U_verb proxy the train config's env reads (its out is the "
                         "path the train and bench configs name; quickstart trains it into <out>/probes/ and points "
                         "them there)")
+    p.add_argument("--retriever-config", default=RETRIEVER_CONFIG,
+                   help="the ColBERT checkpoint and PLAID index the recipe's env reads when it retrieves with colbert "
+                        "(quickstart builds both into <out>/colbert/ and points the configs there)")
     p.add_argument("--n", type=int, default=400, help="test questions for the competence evaluation")
     p.add_argument("--iterations", type=int, default=None, help="override the training iterations")
     p.add_argument("--test", default=None, help="override the benchmark's test slice, e.g. 100:200")
@@ -91,21 +95,26 @@ def _run(args, out: Path) -> int:
     # proxy the recipe reads is trained first, into this job's folder, and both configs are pointed at it
     raw = read_yaml_mapping(args.train_config)
     proxy = _proxy_plan(raw, args.proxy_config, args.train_config, out)
+    colbert = _retriever_plan(raw, args.retriever_config, args.train_config, out)
+    moves = {**({proxy["src"]: proxy["out"]} if proxy else {}), **({colbert["src"]: colbert["out"]} if colbert else {})}
     with pending_probes(*([proxy["out"]] if proxy else [])):
-        tcfg = TrainConfig.from_dict(_retarget(raw, proxy), where=args.train_config)
+        tcfg = TrainConfig.from_dict(_retarget(raw, moves), where=args.train_config)
         tcfg.out_dir = str(out / "train")
         if args.iterations is not None:
             tcfg = tcfg.replace(iterations=args.iterations)
         overrides = [f"test={args.test}"] if args.test else []
         try:
             bcfg = load_config(args.bench_config, out=str(out / "bench"), overrides=overrides,
-                               edit=lambda r: _retarget(r, proxy))
+                               edit=lambda r: _retarget(r, moves))
         except ValueError as e:  # the flag the user wrote is --test
             raise type(e)(str(e).replace(f"--set test={args.test}", f"--test {args.test}")) from None
         _check_observation(tcfg, bcfg, args.train_config, args.bench_config)
     kept = _kept_proxy(proxy) if proxy else None  # read once: the guard below and step [2/4] use it
     if proxy and kept is None:
-        _refuse_stale_training(out / "train", proxy, args.proxy_config)
+        _refuse_stale_training(out / "train", proxy["out"], f"--proxy-config {args.proxy_config}", "the U_verb proxy")
+    if colbert and not _kept_retriever(colbert):
+        _refuse_stale_training(out / "train", colbert["out"], f"--retriever-config {args.retriever_config}",
+                               "the ColBERT index")
 
     world = load_artifact(None)
     log.info("[1/4] micro-world %s: competence and throughput", world.path)
@@ -119,6 +128,12 @@ def _run(args, out: Path) -> int:
         t1 = time.perf_counter()
         psum = _train_proxy(proxy, kept)
         timings["proxy_s"] = time.perf_counter() - t1
+    if colbert:
+        log.info("[2/4] ColBERTv2/PLAID: the checkpoint and index the recipe retrieves with (%s → %s)",
+                 args.retriever_config, colbert["out"])
+        t1 = time.perf_counter()
+        _build_retriever(colbert)
+        timings["retriever_s"] = time.perf_counter() - t1
     log.info("[3/4] training a retrieval policy (%s)", args.train_config)
     t1 = time.perf_counter()
     tsum = train(tcfg, resume=True, show_progress=False)
@@ -199,15 +214,15 @@ def _check_observation(tcfg, bcfg, train_config: str, bench_config: str) -> None
                                   f"config's env (or the method's env) the training value")
 
 
-def _retarget(raw: dict, proxy: dict | None) -> dict:
-    """``raw`` (a config mapping, edited in place) with every ``verb_proxy`` that names the recipe's proxy pointed
-    at this job's copy."""
-    if proxy:
+def _retarget(raw: dict, moves: dict[str, str]) -> dict:
+    """``raw`` (a config mapping, edited in place) with every ``verb_proxy`` / ``index_path`` that names a path of
+    ``moves`` (this job's proxy, its ColBERT index) pointed at this job's copy."""
+    if moves:
         def walk(node):
             if isinstance(node, dict):
                 for k, v in node.items():
-                    if k == "verb_proxy" and isinstance(v, str) and str(Path(v)) == proxy["src"]:
-                        node[k] = proxy["out"]
+                    if k in ("verb_proxy", "index_path") and isinstance(v, str) and str(Path(v)) in moves:
+                        node[k] = moves[str(Path(v))]
                     else:
                         walk(v)
             elif isinstance(node, list):
@@ -215,6 +230,70 @@ def _retarget(raw: dict, proxy: dict | None) -> dict:
                     walk(v)
         walk(raw)
     return raw
+
+
+def _retriever_plan(raw: dict, retriever_config: str, train_config: str, out: Path) -> dict | None:
+    """The ColBERT checkpoint and PLAID index this job builds: None when the recipe's env retrieves with something
+    else; else the retriever config's checkpoint (ColBERTTrainConfig) and index settings, checked now, with where the
+    configs name the index (``src``) and where this job keeps it (``out``). A recipe whose index_path is another
+    index is an error naming both."""
+    from agents.retrievers.colbert import ColBERTIndexConfig
+    from agents.retrievers.colbert_train import ColBERTTrainConfig
+    from envs.core.config import ConfigError, read_yaml_mapping
+
+    env = raw.get("env_config") if isinstance(raw.get("env_config"), dict) else {}
+    if env.get("retriever") != "colbert":
+        return None
+    spec = read_yaml_mapping(retriever_config)
+    unknown = sorted(set(spec) - {"checkpoint", "index"})
+    if unknown or not isinstance(spec.get("index"), dict):
+        raise ConfigError(f"{retriever_config}: needs 'checkpoint' (kairos retriever train-colbert settings) and "
+                          f"'index' ({{out, corpus, settings}}){f'; unknown key {unknown[0]!r}' if unknown else ''}")
+    src = spec["index"].get("out")
+    if not src or Path(str(env.get("index_path"))) != Path(src):
+        raise ConfigError(f"{train_config}: env_config.index_path is {env.get('index_path')!r}, but --retriever-config "
+                          f"{retriever_config} builds the index {src!r}; name that index in the recipe")
+    home = out / "colbert"
+    ckpt = ColBERTTrainConfig.from_dict({**(spec.get("checkpoint") or {}), "out": str(home / "checkpoint")},
+                                        where=f"{retriever_config}:checkpoint")
+    settings = ColBERTIndexConfig.from_dict({**(spec["index"].get("settings") or {}), "checkpoint": ckpt.out},
+                                            where=f"{retriever_config}:index.settings")
+    return {"src": str(Path(src)), "out": str(home / "index"), "checkpoint": ckpt, "settings": settings,
+            "corpus": str(spec["index"].get("corpus") or "microworld")}
+
+
+def _kept_retriever(plan: dict) -> bool:
+    """Whether this job's folder holds the checkpoint (trained with the same settings) and its finished index."""
+    import json
+
+    ckpt, index = Path(plan["checkpoint"].out), Path(plan["out"])
+    try:
+        trained = json.loads((ckpt / "kairos_train.json").read_text()).get("config")
+        built = json.loads((index / "kairos_index.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return (_without_out(trained) == _without_out(plan["checkpoint"].to_dict())
+            and built.get("corpus", {}).get("spec") == plan["corpus"]
+            and Path(built.get("config", {}).get("checkpoint", "")).resolve() == ckpt.resolve())
+
+
+def _build_retriever(plan: dict) -> None:
+    """Train the checkpoint and build the PLAID index (each kept when a previous run of this job finished it)."""
+    import json
+
+    from agents.retrievers import build_index, load_corpus
+    from agents.retrievers.colbert_train import train_colbert
+
+    if _kept_retriever(plan):
+        log.info("ColBERT: kept the checkpoint and index this job built before (%s)", plan["out"])
+        return
+    ckpt = Path(plan["checkpoint"].out)
+    done = ckpt / "kairos_train.json"
+    if not (done.is_file() and _without_out(json.loads(done.read_text()).get("config"))
+            == _without_out(plan["checkpoint"].to_dict())):
+        train_colbert(plan["checkpoint"], progress=False)
+    build_index("colbert", load_corpus(plan["corpus"]), plan["out"], plan["settings"], corpus_spec=plan["corpus"],
+                overwrite=True)
 
 
 def _train_proxy(proxy: dict, kept: dict | None) -> dict:
@@ -257,19 +336,18 @@ def _without_out(cfg) -> dict | None:
     return {k: v for k, v in cfg.items() if k != "out"} if isinstance(cfg, dict) else None
 
 
-def _refuse_stale_training(train_dir: Path, proxy: dict, proxy_config: str) -> None:
-    """A rerun that has to (re)train the proxy must not resume a policy, reuse warm-start labels or benchmark rows
-    computed on the observations of another proxy: an error naming the folders, before any work."""
+def _refuse_stale_training(train_dir: Path, made: str, config: str, what: str) -> None:
+    """A rerun that has to (re)make the proxy or the retriever must not resume a policy, reuse warm-start labels or
+    benchmark rows computed with another one: an error naming the folders, before any work."""
     bench_dir = train_dir.parent / "bench"
-    stale = [p for p in (train_dir / "checkpoints", train_dir / "warmstart", train_dir / "metrics.jsonl",
-                         bench_dir / "per_question")
-             if (p.is_file() and p.stat().st_size > 0) or (p.is_dir() and any(p.iterdir()))]
+    runs = [train_dir / "checkpoints", train_dir / "warmstart", train_dir / "metrics.jsonl",
+            *(bench_dir.rglob("per_question") if bench_dir.is_dir() else [])]
+    stale = [p for p in runs if (p.is_file() and p.stat().st_size > 0) or (p.is_dir() and any(p.iterdir()))]
     if stale:
         raise FileExistsError(
-            f"--proxy-config {proxy_config}: the U_verb proxy in {proxy['out']} was trained with another config (or "
-            f"not finished), but the folder holds a run on the old proxy's observations "
-            f"({', '.join(str(p.relative_to(train_dir.parent)) for p in stale)}); remove {train_dir} and {bench_dir} "
-            f"(and {proxy['out']}) to run everything again, or give another --out")
+            f"{config}: {what} in {made} was made with another config (or not finished), but the folder holds a run "
+            f"on the old one's observations ({', '.join(str(p.relative_to(train_dir.parent)) for p in stale)}); "
+            f"remove {train_dir} and {bench_dir} (and {made}) to run everything again, or give another --out")
 
 
 def _proxy_auroc(report: dict) -> dict:
@@ -292,7 +370,7 @@ def _frontier_section(summary: dict) -> str:
     for lam, row in b["per_lambda"].items():
         cells = []
         for g, i in b["groups"].items():
-            if i["conditioned"]:
+            if i["conditioned"] and g in row["groups"]:
                 c, d = row["groups"][g], row["groups"][g].get("vs_best_fixed") or {}
                 cells.append(f"{c['reward']:.3f}, {c['calls']:.2f}, " + (f"{d['diff']:+.3f} [{d['lo']:+.3f}, "
                                                                          f"{d['hi']:+.3f}]" if d else "–"))
@@ -348,6 +426,7 @@ def _report(metrics, tsum, summary, timings, format_metrics, psum=None) -> str:
         "# Kairos quickstart: the micro-world\n\n" + _frontier_section(summary)
         + f"Wall time {timings['total_s'] / 60:.1f} min (world evaluation {timings['world_eval_s']:.0f} s, "
         + (f"U_verb proxy {timings['proxy_s']:.0f} s, " if "proxy_s" in timings else "")
+        + (f"ColBERT checkpoint and PLAID index {timings['retriever_s']:.0f} s, " if "retriever_s" in timings else "")
         + f"training {timings['train_s']:.0f} s, benchmark {timings['bench_s']:.0f} s).\n\n"
         "## 1. The shipped micro-world\n\n```\n" + format_metrics(metrics) + "```\n\n"
         "## 2. Training (REINFORCE on Ray RLlib)\n\n" + proxy

@@ -145,12 +145,14 @@ def budget_summary(cfg, summaries: dict[float, dict], selection: dict[str, Any] 
                                "oracle": oracle, "oracle_reward": s["methods"][oracle]["reward"] if oracle else None,
                                "groups": {}}
         for g, info in groups.items():
-            pooled = np.mean([_rewards(s, k) for k in info["rows"]], axis=0)
-            acc = float(np.mean([s["methods"][k]["accuracy"] for k in info["rows"]]))
-            calls = float(np.mean([s["methods"][k]["calls"] for k in info["rows"]]))
+            rows = [k for k in info["rows"] if k in s.get("rewards", {})]  # (a skipped row has none)
+            if not rows:
+                continue
+            pooled = np.mean([_rewards(s, k) for k in rows], axis=0)
+            acc = float(np.mean([s["methods"][k]["accuracy"] for k in rows]))
+            calls = float(np.mean([s["methods"][k]["calls"] for k in rows]))
             cell: dict[str, Any] = {"reward": float(pooled.mean()), "accuracy": acc, "calls": calls,
-                                    "seeds": len(info["rows"]),
-                                    "seed_rewards": [s["methods"][k]["reward"] for k in info["rows"]]}
+                                    "seeds": len(rows), "seed_rewards": [s["methods"][k]["reward"] for k in rows]}
             if best:
                 cell["vs_best_fixed"] = stats.paired_bootstrap(pooled, _rewards(s, best), n_resamples=cfg.n_resamples,
                                                                seed=cfg.seed)
@@ -163,11 +165,13 @@ def budget_summary(cfg, summaries: dict[float, dict], selection: dict[str, Any] 
                        and i["lam"] is not None and abs(float(i["lam"]) - lam) < 1e-9}  # trained at this λ
         row["vs_specialist"] = {}
         for g, info in groups.items():
-            if not info["conditioned"]:
+            if not info["conditioned"] or g not in row["groups"]:
                 continue
             for sg, sinfo in specialists.items():
-                a = np.mean([_rewards(s, k) for k in info["rows"]], axis=0)
-                b = np.mean([_rewards(s, k) for k in sinfo["rows"]], axis=0)
+                if sg not in row["groups"]:
+                    continue
+                a = np.mean([_rewards(s, k) for k in info["rows"] if k in s["rewards"]], axis=0)
+                b = np.mean([_rewards(s, k) for k in sinfo["rows"] if k in s["rewards"]], axis=0)
                 row["vs_specialist"][f"{g} vs {sg}"] = {"conditioned": g, "specialist": sg, **stats.paired_bootstrap(
                     a, b, n_resamples=cfg.n_resamples, seed=cfg.seed)}
         if oracle:
@@ -232,7 +236,10 @@ def budgets_markdown(b: dict[str, Any]) -> str:
     for lam, row in b["per_lambda"].items():
         cells = []
         for g in groups:
-            c = row["groups"][g]
+            c = row["groups"].get(g)
+            if c is None:
+                cells.append("–")
+                continue
             d, gap = c.get("vs_best_fixed"), c.get("gap")
             cells.append(f"{c['reward']:.3f} / {c['calls']:.2f} / "
                          + (f"{d['diff']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]" if d else "–")
