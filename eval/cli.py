@@ -20,7 +20,7 @@ for _name, _path in (("data", "eval.data_cli:register"), ("microworld", "eval.mi
                      ("index", "agents.retrievers.cli:register_index"),
                      ("retriever", "agents.retrievers.cli:register_retriever"), ("bench", "eval.bench_cli:register"),
                      ("train", "train.cli:register"), ("answer", "kairos.cli:register"),
-                     ("config", "eval.config_cli:register"),
+                     ("config", "eval.config_cli:register"), ("results", "eval.results_cli:register"),
                      ("serve", "kairos.server:register")):
     COMMANDS.register_path(_name, _path)
 

@@ -248,11 +248,17 @@ def micro_part(cfg: RetrievalBenchConfig, out: Path) -> dict[str, Any]:
     _, eval_ids = microworld_split(corpus)
     steps = [s for s in micro_steps(kb, cfg.micro_questions, cfg.seed) if s["fact"] in eval_ids]
     gen = QueryGenerator([*QueryGenerator().modes, "question"])
-    rows = []
+    rows, systems = [], []
     for name, kind, config, opts in _systems(cfg):
         idx = out / "indexes" / f"micro-{name}"
-        _build(kind, corpus, spec, idx, config, cfg.rebuild)
+        manifest = _build(kind, corpus, spec, idx, config, cfg.rebuild)
         retriever = load_index(idx, corpus, **opts)
+        # cost of the index: latency of one query at a time (the main job's two modes over the steps), build, size
+        lat_queries = [gen(s["step"], s["question"], m) for s in steps[:100] for m in ("step", "info_need")]
+        _, lat = timed_search(retriever, lat_queries, cfg.k)
+        systems.append({"system": name, "kind": kind, **lat, "build_s": manifest["build"]["seconds"],
+                        "size_mb": manifest["size_bytes"] / 1e6, "n_docs": manifest["n_docs"],
+                        "batched": batched_speedup(retriever, lat_queries[:128], cfg.k)})
         for variant in ("step", "wrong_step"):
             for mode in gen.modes:
                 queries = [gen(s[variant], s["question"], mode) for s in steps]
@@ -261,7 +267,7 @@ def micro_part(cfg: RetrievalBenchConfig, out: Path) -> dict[str, Any]:
                 rows.append({"system": name, "steps": "correct" if variant == "step" else "wrong object",
                              "mode": mode, "R@1": m["R@1"], "R@3": m["R@3"], "MRR": m["MRR"]})
     return {"corpus": spec, "n_passages": len(corpus), "n_steps": len(steps),
-            "scored_facts": "subjects in the eval half (sha256(subject)[0] odd)", "rows": rows}
+            "scored_facts": "subjects in the eval half (sha256(subject)[0] odd)", "rows": rows, "systems": systems}
 
 
 def cache_part(cfg: RetrievalBenchConfig, out: Path) -> dict[str, Any]:
@@ -401,6 +407,12 @@ def format_markdown(result: dict[str, Any]) -> str:
                       f"{m['scored_facts']})", ""]
         parts.append(_table(["system", "steps", "mode", "R@1", "R@3", "MRR@10"],
                             [[r["system"], r["steps"], r["mode"], r["R@1"], r["R@3"], r["MRR"]] for r in m["rows"]]))
+        if m.get("systems"):
+            parts += ["", "Cost per index (one query at a time on one thread: the step and info_need queries of the "
+                          "first 100 steps; batch x: batched over one-at-a-time throughput):", ""]
+            parts.append(_table(["system", "median ms", "p90 ms", "median CPU ms", "build s", "size MB", "batch x"],
+                                [[r["system"], r["median_ms"], r["p90_ms"], r.get("median_cpu_ms", ""), r["build_s"],
+                                  r["size_mb"], r.get("batched", {}).get("speedup", "")] for r in m["systems"]]))
     if "cache" in result:
         c = result["cache"]
         parts += ["", f"## Caches ({c['retriever']}, {c['n_chains']} multi-hop micro-world chains, top-3 lookups)",

@@ -14,14 +14,15 @@ pytestmark = [pytest.mark.slow,
 
 
 def test_quickstart_trains_benchmarks_and_reports(tmp_path):
-    from eval.quickstart import PROXY_CONFIG, TRAIN_CONFIG
+    from envs.core.config import read_yaml_mapping
+    from eval.quickstart import PROXY_CONFIG, RETRIEVER_CONFIG, TRAIN_CONFIG
 
-    train = yaml.safe_load(open(TRAIN_CONFIG))  # the recipe the main job trains
+    train = read_yaml_mapping(TRAIN_CONFIG)  # the recipe the main job trains (its base chain merged)
     train.update(iterations=2, checkpoint_every=1)
     train["algo"]["episodes_per_batch"] = 16
     train["env_config"].update(max_questions=32, cache_path=str(tmp_path / "train_cache.sqlite"))
     train["warmstart"].update(questions=24, epochs=3)
-    bench = yaml.safe_load(open("configs/bench_microworld.yaml"))
+    bench = read_yaml_mapping("configs/bench_microworld.yaml")
     bench["env"]["cache_path"] = str(tmp_path / "bench_cache.sqlite")
     bench.update(dev="0:10", test="10:26", n_resamples=500, test_curves=False)
     keep = {"CoT", "IRCoT", "FLARE", "FLARE[unmasked]", "FLARE[q: dev]", "DRAGIN[step-level]", "SeaKR[no rerank]",
@@ -30,12 +31,15 @@ def test_quickstart_trains_benchmarks_and_reports(tmp_path):
     proxy = yaml.safe_load(open(PROXY_CONFIG))  # the U_verb proxy the recipe reads, at smoke size
     proxy.update(n_questions=40, n_eval_questions=20, n_boot=50, max_epochs=5)
     (tmp_path / "proxy.yaml").write_text(yaml.safe_dump(proxy))
+    colbert = read_yaml_mapping(RETRIEVER_CONFIG)  # the ColBERT checkpoint and PLAID index, at smoke size
+    colbert["checkpoint"].update(steps=2, bsize=4)
+    (tmp_path / "colbert.yaml").write_text(yaml.safe_dump(colbert))
     (tmp_path / "train.yaml").write_text(yaml.safe_dump(train))
     (tmp_path / "bench.yaml").write_text(yaml.safe_dump(bench))
     out = tmp_path / "qs"
     cmd = [sys.executable, "-m", "eval", "quickstart", "--out", str(out), "--n", "16",
            "--train-config", str(tmp_path / "train.yaml"), "--bench-config", str(tmp_path / "bench.yaml"),
-           "--proxy-config", str(tmp_path / "proxy.yaml")]
+           "--proxy-config", str(tmp_path / "proxy.yaml"), "--retriever-config", str(tmp_path / "colbert.yaml")]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
     assert r.returncode == 0, r.stderr[-3000:]
     assert f"report: {(out / 'report.md').resolve()}" in r.stdout
@@ -71,6 +75,10 @@ def test_quickstart_trains_benchmarks_and_reports(tmp_path):
     cfg = json.loads((out / "bench" / "config.json").read_text())
     assert cfg["env"]["rsus_options"]["verb_proxy"] == mine and "runs/probes/rsus_proxy" not in json.dumps(cfg)
     assert json.loads((out / "timings.json").read_text())["proxy_s"] > 0
+    # ... and retrieves through the ColBERT checkpoint and PLAID index this job built into its own folder
+    assert (out / "colbert" / "index" / "kairos_index.json").is_file() and "ColBERT checkpoint and PLAID index" in report
+    assert cfg["env"]["retriever"] == "colbert" and cfg["env"]["index_path"] == str(out / "colbert" / "index")
+    assert spec["env_config"]["index_path"] == str(out / "colbert" / "index")
     m = json.loads((out / "microworld_eval.json").read_text())
     assert m["targets"]["known_recall>=0.95"]["met"]
 
@@ -80,9 +88,13 @@ def test_quickstart_trains_benchmarks_and_reports(tmp_path):
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "U_verb proxy: kept the one this job trained before" in r.stderr and "nothing to train" in r.stderr
+    assert "ColBERT: kept the checkpoint and index this job built before" in r.stderr
     assert (out / "probes" / "rsus_proxy" / "probe.json").read_bytes() == proxy_json
     proxy["max_epochs"] = 4
     (tmp_path / "proxy.yaml").write_text(yaml.safe_dump(proxy))
+    colbert = read_yaml_mapping(RETRIEVER_CONFIG)  # the ColBERT checkpoint and PLAID index, at smoke size
+    colbert["checkpoint"].update(steps=2, bsize=4)
+    (tmp_path / "colbert.yaml").write_text(yaml.safe_dump(colbert))
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert r.returncode == 2 and f"remove {out / 'train'} and {out / 'bench'}" in r.stderr, r.stderr[-3000:]
     assert "train/checkpoints" in r.stderr and "bench/per_question" in r.stderr

@@ -69,6 +69,9 @@ def test_bench_retrieval_bm25_only(tmp_path, capsys):
     result = json.loads((out / "retrieval_bench.json").read_text())
     row = result["hotpotqa"]["rows"][0]
     assert row["system"] == "bm25" and 0 <= row["R@10"] <= 1 and row["median_ms"] > 0
+    assert "R@3" in row  # the injection window's recall beside R@2/5/10
+    micro = result["microworld"]["systems"][0]  # the cost of each index on the micro-world too
+    assert micro["system"] == "bm25" and micro["median_ms"] > 0 and micro["size_mb"] >= 0 and "Cost per index" in stdout
     modes = {r["mode"] for r in result["microworld"]["rows"]}
     assert modes == {"step", "content_words", "question_step", "info_need", "question"}
     info_need = [r for r in result["cache"]["rows"] if r["mode"] == "info_need" and r["prefetch"]][0]
