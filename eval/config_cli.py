@@ -18,7 +18,8 @@ KINDS = {"train": "train.config:TrainConfig", "bench": "eval.bench.config:BenchC
          "querygen": "policies.querygen.config:QueryGenTrainConfig", "rsus": "train.rsus_fit:RSUSFitConfig",
          "probe": "policies.probes.pipeline:ProbeTrainConfig", "serve": "kairos.config:ServeConfig",
          "suite": "eval.bench_suite:SuiteConfig", "env": "envs.env_config:EnvConfig",
-         "microworld": "envs.core.microworld.config:BuildConfig"}
+         "microworld": "envs.core.microworld.config:BuildConfig",
+         "retriever": "agents.retrievers.colbert_train:ColBERTBuildConfig"}
 
 
 def config_class(path: str | Path):

@@ -234,32 +234,27 @@ def _retarget(raw: dict, moves: dict[str, str]) -> dict:
 
 def _retriever_plan(raw: dict, retriever_config: str, train_config: str, out: Path) -> dict | None:
     """The ColBERT checkpoint and PLAID index this job builds: None when the recipe's env retrieves with something
-    else; else the retriever config's checkpoint (ColBERTTrainConfig) and index settings, checked now, with where the
-    configs name the index (``src``) and where this job keeps it (``out``). A recipe whose index_path is another
-    index is an error naming both."""
+    else; else the retriever config (:class:`agents.retrievers.colbert_train.ColBERTBuildConfig`, checked now) moved
+    into this job's folder, with where the configs name the index (``src``) and where this job keeps it (``out``). A
+    recipe whose index_path is another index is an error naming both."""
     from agents.retrievers.colbert import ColBERTIndexConfig
-    from agents.retrievers.colbert_train import ColBERTTrainConfig
-    from envs.core.config import ConfigError, read_yaml_mapping
+    from agents.retrievers.colbert_train import ColBERTBuildConfig
+    from envs.core.config import ConfigError
 
     env = raw.get("env_config") if isinstance(raw.get("env_config"), dict) else {}
     if env.get("retriever") != "colbert":
         return None
-    spec = read_yaml_mapping(retriever_config)
-    unknown = sorted(set(spec) - {"checkpoint", "index"})
-    if unknown or not isinstance(spec.get("index"), dict):
-        raise ConfigError(f"{retriever_config}: needs 'checkpoint' (kairos retriever train-colbert settings) and "
-                          f"'index' ({{out, corpus, settings}}){f'; unknown key {unknown[0]!r}' if unknown else ''}")
-    src = spec["index"].get("out")
-    if not src or Path(str(env.get("index_path"))) != Path(src):
+    spec = ColBERTBuildConfig.from_yaml(retriever_config)
+    src = spec.index.out
+    if Path(str(env.get("index_path"))) != Path(src):
         raise ConfigError(f"{train_config}: env_config.index_path is {env.get('index_path')!r}, but --retriever-config "
                           f"{retriever_config} builds the index {src!r}; name that index in the recipe")
     home = out / "colbert"
-    ckpt = ColBERTTrainConfig.from_dict({**(spec.get("checkpoint") or {}), "out": str(home / "checkpoint")},
-                                        where=f"{retriever_config}:checkpoint")
-    settings = ColBERTIndexConfig.from_dict({**(spec["index"].get("settings") or {}), "checkpoint": ckpt.out},
+    ckpt = spec.checkpoint.replace(out=str(home / "checkpoint"))
+    settings = ColBERTIndexConfig.from_dict({**spec.index.settings, "checkpoint": ckpt.out},
                                             where=f"{retriever_config}:index.settings")
     return {"src": str(Path(src)), "out": str(home / "index"), "checkpoint": ckpt, "settings": settings,
-            "corpus": str(spec["index"].get("corpus") or "microworld")}
+            "corpus": spec.index.corpus}
 
 
 def _kept_retriever(plan: dict) -> bool:

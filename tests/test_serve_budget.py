@@ -18,9 +18,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "train"))
 def test_each_request_sets_its_budget(tmp_path):
     import asyncio
 
+    from test_conditioning import _budget_policy
+
     from kairos import server as srv
     from kairos.config import ServeConfig
-    from test_conditioning import _budget_policy
 
     policy = _budget_policy(tmp_path)  # retrieves exactly when λ < 0.2
     cfg = ServeConfig.from_dict({"port": srv.free_port(), "num_cpus": 2, "replicas": 1, "max_batch_size": 8,

@@ -32,7 +32,7 @@ import logging
 import math
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +73,36 @@ class ColBERTTrainConfig(ConfigBase):
         if not 0 <= self.micro_share <= 1:
             raise ConfigError(f"ColBERTTrainConfig: micro_share must be in [0, 1] (got {self.micro_share})")
         parse_slice(self.train_questions)
+
+
+@dataclass
+class ColBERTIndexSpec(ConfigBase):
+    """A PLAID index to build (``ColBERTBuildConfig.index``)."""
+
+    out: str = helpf("runs/index/microworld-colbert", "index directory")
+    corpus: str = helpf("microworld", "corpus spec (agents.retrievers.corpus_spec)")
+    settings: dict = helpf({}, "ColBERTIndexConfig fields (checkpoint: the checkpoint's out)")
+
+
+@dataclass
+class ColBERTBuildConfig(ConfigBase):
+    """A ColBERT checkpoint and the PLAID index built with it (``configs/retriever_colbert_microworld.yaml``: what
+    ``kairos quickstart`` builds when its recipe retrieves with colbert)."""
+
+    checkpoint: ColBERTTrainConfig = field(default_factory=ColBERTTrainConfig,
+                                           metadata={"help": "kairos retriever train-colbert settings"})
+    index: ColBERTIndexSpec = field(default_factory=ColBERTIndexSpec, metadata={"help": "the index: out, corpus, "
+                                                                                         "settings"})
+
+    def validate(self) -> None:
+        from agents.retrievers.colbert import ColBERTIndexConfig
+
+        ColBERTIndexConfig.from_dict({**self.index.settings, "checkpoint": self.checkpoint.out},
+                                     where="ColBERTBuildConfig.index.settings")
+        given = self.index.settings.get("checkpoint")
+        if given and Path(given) != Path(self.checkpoint.out):
+            raise ConfigError(f"ColBERTBuildConfig.index.settings.checkpoint {given!r} is not the checkpoint this "
+                              f"config trains ({self.checkpoint.out!r}); name that one")
 
 
 def parse_slice(spec: str) -> tuple[int, int]:

@@ -45,7 +45,7 @@ class BenchConfig(ConfigBase):
     workers: int = helpf(1, "processes that run the methods (one torch thread each; set it to the CPUs you give "
                             "the benchmark): helpers fill the per-question files, the rows are a one-process "
                             "run's (eval.bench.parallel)", ge=1)
-    n_resamples: int = helpf(10_000, "bootstrap resamples (fixed seed)", ge=1)
+    n_resamples: int = helpf(10_000, "bootstrap resamples (fixed seed; at most 1,000,000)", ge=1)
     seed: int = helpf(0, "seed of the statistics (and base seed of Random)")
     skip_missing_policies: bool = helpf(False, "a learned method whose exported policy is missing is skipped (and "
                                                "listed with the reason) instead of stopping the benchmark")
@@ -71,14 +71,31 @@ class BenchConfig(ConfigBase):
             if len(pair) != 2 or any(g not in groups for g in pair):
                 raise ConfigError(f"BenchConfig: compare entry {pair} must name two learned groups (groups: "
                                   f"{', '.join(sorted(groups)) or 'none'})")
+        if self.n_resamples > 1_000_000:
+            raise ConfigError(f"BenchConfig: n_resamples {self.n_resamples} is above 1,000,000 (each resample of each "
+                              "comparison is an array over the test questions; 10,000 is the default)")
         if self.lambdas and not any(abs(x - self.lambda_retrieval) < 1e-12 for x in self.lambdas):
             raise ConfigError(f"BenchConfig: lambdas {self.lambdas} must include lambda_retrieval "
                               f"({self.lambda_retrieval:g}), the λ of the headline summary")
         if len(set(self.lambdas)) != len(self.lambdas):
             raise ConfigError(f"BenchConfig: lambdas {self.lambdas} lists a λ twice")
         d, t = parse_slice(self.dev, "dev"), parse_slice(self.test, "test")
-        if set(d) & set(t):
+        if _overlap(d, t):
             raise ConfigError(f"BenchConfig: dev {self.dev} and test {self.test} overlap")
+
+
+def _overlap(a: range, b: range) -> bool:
+    """Whether two slices share an index, without listing them (a slice may be huge before its bound is checked).
+
+    >>> _overlap(range(0, 100), range(100, 400)), _overlap(range(0, 10, 2), range(1, 10, 2)), _overlap(range(0, 10**12), range(5, 6))
+    (False, False, True)
+    """
+    lo, hi = max(a.start, b.start), min(a.stop, b.stop)
+    if lo >= hi:
+        return False
+    small, big = (a, b) if len(a) <= len(b) else (b, a)
+    first = small.start + max(0, -(-(lo - small.start) // small.step)) * small.step
+    return any(x in big for x in range(first, hi, small.step)[:max(1, big.step)])
 
 
 def parse_slice(text: str, key: str) -> range:
