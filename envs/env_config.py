@@ -16,7 +16,7 @@ Example:
     >>> EnvConfig.from_dict({"rsus_options": {"n_sampels": 2}}, where="TrainConfig.env_config")
     Traceback (most recent call last):
     ...
-    envs.core.config.ConfigError: TrainConfig.env_config.rsus_options: unknown config key 'n_sampels' (valid keys: agreement, bm25_k, cons_only_at_markers, n_samples, verb_max_tokens, verb_proxy, weights); did you mean 'n_samples'?
+    envs.core.config_files.ConfigError: TrainConfig.env_config.rsus_options: unknown config key 'n_sampels' (valid keys: agreement, bm25_k, cons_only_at_markers, n_samples, verb_max_tokens, verb_proxy, weights); did you mean 'n_samples'?
 """
 
 from __future__ import annotations

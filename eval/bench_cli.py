@@ -16,10 +16,10 @@ from envs.core.registry import Registry, RegistryImportError
 
 #: benchmark name -> its ``register(subparsers)`` (imported on use: a benchmark's heavy imports stay its own)
 BENCHES: Registry[Any] = Registry("benchmark")
-for _name, _mod in (("retrieval", "retrieval_bench"), ("env", "env_bench"), ("detection", "detection_bench"),
-                    ("policies", "bench_policies"), ("querygen", "querygen_bench"), ("segmenter", "segmenter_bench"),
-                    ("rsus", "rsus_bench"), ("suite", "bench_suite"), ("service", "service_bench"),
-                    ("efficiency", "efficiency_bench"), ("engine", "engine_bench"), ("drift", "drift_bench")):
+for _name, _mod in (("retrieval", "perf.retrieval"), ("env", "perf.env"), ("detection", "detection.bench"),
+                    ("policies", "bench.policies"), ("querygen", "perf.querygen"), ("segmenter", "perf.segmenter"),
+                    ("rsus", "perf.rsus"), ("suite", "bench.suite"), ("service", "perf.service"),
+                    ("efficiency", "perf.efficiency"), ("engine", "perf.engine"), ("drift", "perf.drift")):
     BENCHES.register_path(_name, f"eval.{_mod}:register")
 # the application layer's benchmark (kairos sits on top of eval: named by path, never imported here)
 BENCHES.register_path("serve", "kairos.serve_bench:register")

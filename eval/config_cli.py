@@ -17,7 +17,7 @@ from typing import Any
 KINDS = {"train": "train.config:TrainConfig", "bench": "eval.bench.config:BenchConfig",
          "querygen": "policies.querygen.config:QueryGenTrainConfig", "rsus": "train.rsus_fit:RSUSFitConfig",
          "probe": "policies.probes.pipeline:ProbeTrainConfig", "serve": "kairos.config:ServeConfig",
-         "suite": "eval.bench_suite:SuiteConfig", "env": "envs.env_config:EnvConfig",
+         "suite": "eval.bench.suite:SuiteConfig", "env": "envs.env_config:EnvConfig",
          "microworld": "envs.core.microworld.config:BuildConfig",
          "retriever": "agents.retrievers.colbert_train:ColBERTBuildConfig"}
 

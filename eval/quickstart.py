@@ -83,7 +83,7 @@ def _run(args, out: Path) -> int:
     from envs.core.io import write_json, write_text
     from envs.core.microworld.artifact import load_artifact
     from envs.env_config import pending_probes
-    from eval.bench_policies import load_config, run_bench
+    from eval.bench.policies import load_config, run_bench
     from eval.microworld import evaluate_world, format_metrics
     from train.config import TrainConfig
     from train.report import plot_curves
@@ -198,7 +198,7 @@ def _check_observation(tcfg, bcfg, train_config: str, bench_config: str) -> None
     the key and both values."""
     from envs.core.config import ConfigError
     from envs.env_config import EnvConfig
-    from eval.bench_policies import bench_env_config
+    from eval.bench.policies import bench_env_config
 
     if not isinstance(tcfg.env_config, EnvConfig):  # a custom env factory: its settings are its own
         return

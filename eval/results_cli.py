@@ -8,7 +8,7 @@ A page marks a generated block with an HTML comment naming its source, and ends 
 
 Kinds:
 
-* ``summary PATH [methods=A,B,…] [by=ATTR]`` — a benchmark's ``summary.json`` as :mod:`eval.results_table`'s table
+* ``summary PATH [methods=A,B,…] [by=ATTR]`` — a benchmark's ``summary.json`` as :mod:`eval.bench.tables`'s table
   (only the named methods when ``methods=`` is given; a breakdown with ``by=``);
 * ``budgets PATH`` — a benchmark at every budget (``budgets.json``): the per-λ table, conditioned − specialist and
   the frontier area (:func:`eval.bench.budgets.budgets_markdown` without its title and figure);
@@ -40,7 +40,7 @@ def _args(text: str) -> dict[str, str]:
 def render(kind: str, path: str, args: dict[str, str] | None = None) -> str:
     """The block of one marker (see the module docstring)."""
     from eval.bench.budgets import budgets_markdown
-    from eval.results_table import breakdown_table, methods_table
+    from eval.bench.tables import breakdown_table, methods_table
 
     args = args or {}
     data = json.loads(Path(path).read_text())

@@ -13,7 +13,7 @@ Example:
     >>> ServeConfig.from_dict({"replicas": 0, "pipeline": {"policy": "never"}})
     Traceback (most recent call last):
     ...
-    envs.core.config.ConfigError: ServeConfig: key 'replicas' = 0: need at least one Serve replica (--replicas 1)
+    envs.core.config_files.ConfigError: ServeConfig: key 'replicas' = 0: need at least one Serve replica (--replicas 1)
 """
 
 from __future__ import annotations

@@ -431,14 +431,14 @@ class Pipeline:
     @classmethod
     def from_bench(cls, out_dir: str | Path, method: str, *, config: str | Path | None = None, **kw: Any) -> Pipeline:
         """Exactly what the benchmark at ``out_dir`` evaluated on test for ``method`` — the snapshot selected on
-        dev, the calibrated threshold and query mode, the method's env and λ (:func:`eval.bench_policies.
+        dev, the calibrated threshold and query mode, the method's env and λ (:func:`eval.bench.policies.
         evaluated_policy`) — with the constructor's overrides (``knowledge``, ``reasoner`` …; ``batch_size``
         defaults to the benchmark's). Over the benchmark's questions it makes the benchmark's decisions.
 
         Args:
             config: the benchmark's YAML, for an output directory written before it recorded its config.
         """
-        from eval.bench_policies import evaluated_policy
+        from eval.bench.policies import evaluated_policy
 
         env_config, trigger, batch_size = evaluated_policy(out_dir, method, config)
         kw.setdefault("batch_size", batch_size)

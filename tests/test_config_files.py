@@ -100,3 +100,18 @@ def test_config_show_prints_each_key_with_the_file_that_set_it(tmp_path):
     r = subprocess.run([sys.executable, "-m", "eval", "config", "list", "--root", str(tmp_path)], cwd=REPO,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "| a child |" in r.stdout and f"`{parent}`" in r.stdout
+
+
+def test_the_configs_page_is_the_generated_listing():
+    """docs/configs.md is `kairos config list --write docs/configs.md` of today's configs/ (regenerate it when a
+    config is added, moved or its purpose changes)."""
+    import os
+
+    from eval.config_cli import listing
+
+    cwd = os.getcwd()
+    os.chdir(REPO)
+    try:
+        assert (REPO / "docs" / "configs.md").read_text() == listing("configs")
+    finally:
+        os.chdir(cwd)

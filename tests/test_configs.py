@@ -53,7 +53,7 @@ def test_every_config_loads_through_the_one_reader(path):
 
 @pytest.mark.parametrize("path", sorted(CONFIGS.glob("env_*.yaml")), ids=lambda p: p.name)
 def test_env_presets_load(path):
-    """Every env YAML (what ``--env-config`` / ``python -m eval.benefit_labels --config`` read) is an EnvConfig."""
+    """Every env YAML (what ``--env-config`` / ``python -m eval.detection.labels --config`` read) is an EnvConfig."""
     from envs.env_config import env_config_from_file
 
     cfg = env_config_from_file(path)
@@ -69,7 +69,7 @@ def test_serve_presets_load(path):
 
 
 def _suite(path):
-    from eval.bench_suite import SuiteConfig
+    from eval.bench.suite import SuiteConfig
 
     return SuiteConfig.from_yaml(path)
 
@@ -84,7 +84,7 @@ def test_probe_presets_load(path):
 
 @pytest.mark.parametrize("path", sorted(CONFIGS.glob("suite_*.yaml")), ids=lambda p: p.name)
 def test_suites_and_their_benchmarks_load(path):
-    from eval.bench_suite import load_suite
+    from eval.bench.suite import load_suite
 
     suite, benches = load_suite(str(path))
     assert len(benches) == len(suite.benchmarks)
@@ -113,7 +113,7 @@ def test_config_classes_hold_a_typed_env_config():
     import typing
 
     from envs.env_config import EnvOverrides
-    from eval.bench_policies import BenchConfig, MethodSpec
+    from eval.bench.policies import BenchConfig, MethodSpec
     from train.config import FactoryEnvConfig, TrainConfig
     from train.rsus_fit import RSUSFitConfig
 
@@ -134,7 +134,7 @@ def test_config_classes_hold_a_typed_env_config():
 
 
 def test_a_typo_in_a_nested_env_key_fails_on_load_naming_the_full_key_path():
-    from eval.bench_policies import BenchConfig
+    from eval.bench.policies import BenchConfig
     from train.config import TrainConfig
     from train.rsus_fit import RSUSFitConfig
 
@@ -159,7 +159,7 @@ def test_a_typo_in_a_nested_env_key_fails_on_load_naming_the_full_key_path():
 
 
 def test_a_typo_in_a_yaml_file_names_the_file_and_the_key_path(tmp_path):
-    from eval.bench_policies import load_config
+    from eval.bench.policies import load_config
     from train.config import TrainConfig
 
     p = tmp_path / "train.yaml"
@@ -173,7 +173,7 @@ def test_a_typo_in_a_yaml_file_names_the_file_and_the_key_path(tmp_path):
 
 
 def test_a_method_override_is_typed_and_validated_with_the_bench_env():
-    from eval.bench_policies import BenchConfig
+    from eval.bench.policies import BenchConfig
 
     def bench(env):
         return BenchConfig.from_dict({"methods": [{"name": "CoT", "kind": "never"},

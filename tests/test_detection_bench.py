@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from envs.core.microworld.artifact import artifact_fingerprint
-from eval.detection_bench import run_bench
-from eval.detection_data import DETECTORS, METRICS, DetectionBenchConfig
-from eval.detection_rsus import RSUS_DETECTORS
+from eval.detection.bench import run_bench
+from eval.detection.data import DETECTORS, METRICS, DetectionBenchConfig
+from eval.detection.rsus import RSUS_DETECTORS
 from eval.stats import group_bootstrap_indices
 from policies.probes.dataset import StepDataset, dataset_cache_path, select_questions
 
@@ -121,7 +121,7 @@ def test_benefit_split_end_to_end_on_microworld_labels(tmp_path):
     """Split (c)'s machinery (benefit labels -> regenerated states -> probes -> tables) on micro-world labels."""
     import yaml
 
-    from eval.benefit_labels import run
+    from eval.detection.labels import run
 
     env = {"split": "test", "max_questions": 16, "signals": ["output"], "rsus_components": ["ent"]}
     (tmp_path / "env.yaml").write_text(yaml.safe_dump({"env": env}))
@@ -154,7 +154,7 @@ def test_benefit_split_end_to_end_on_microworld_labels(tmp_path):
 
 
 def test_benefit_split_without_labels_says_how_to_make_them(tmp_path):
-    with pytest.raises(FileNotFoundError, match="eval.benefit_labels"):
+    with pytest.raises(FileNotFoundError, match="eval.detection.labels"):
         run_bench(DetectionBenchConfig(splits=["hotpotqa"], benefit_labels=str(tmp_path / "none.jsonl"),
                                        out=str(tmp_path / "o"), progress=False))
 
@@ -174,7 +174,7 @@ def test_unknown_split_api_refusal_and_help(tmp_path, capsys):
 
 def test_shifted_split_needs_its_artifact_and_the_same_lm_shape(tmp_path, tiny_world):
     from envs.core.microworld.artifact import load_artifact
-    from eval.detection_data import shifted_test_steps
+    from eval.detection.data import shifted_test_steps
 
     world = load_artifact()
     cfg = DetectionBenchConfig(splits=["shifted"], shifted_artifact=str(tmp_path / "nowhere"), progress=False)
@@ -187,10 +187,10 @@ def test_shifted_split_needs_its_artifact_and_the_same_lm_shape(tmp_path, tiny_w
 
 @pytest.mark.slow  # 24 s at load 6 on 2 CPUs, 97 s at load 10: 60 questions' chains replayed and sampled
 def test_rsus_rows_on_a_tiny_config_of_the_shipped_world(tmp_path):
-    """RSUS in the detection benchmark (eval.detection_rsus): every RSUS row on the micro-world split with a finite
+    """RSUS in the detection benchmark (eval.detection.rsus): every RSUS row on the micro-world split with a finite
     AUROC, its threshold rule, the components' cost; the components cached (a rerun reads them) and checked against
     the step dataset (a dataset of other steps is refused)."""
-    from eval.detection_rsus import attach_rsus, rsus_columns
+    from eval.detection.rsus import attach_rsus, rsus_columns
 
     cfg = DetectionBenchConfig(out=str(tmp_path / "out"), splits=["question"], n_train_questions=40,
                                n_test_questions=20, cache_dir=str(tmp_path / "cache"), n_boot=20, max_epochs=15,
@@ -213,7 +213,7 @@ def test_rsus_rows_on_a_tiny_config_of_the_shipped_world(tmp_path):
     assert "RSUS[verb(proxy: surface+MiniLM),ent,cons]" in md and "RSUS rows (micro-world splits" in md
     # cached: the same columns without regenerating; a dataset of other steps is an error naming the row
     from envs.core.microworld.artifact import load_artifact
-    from eval.detection_data import load_datasets
+    from eval.detection.data import load_datasets
 
     world = load_artifact()
     train, _ = load_datasets(world, cfg, _NoProgress())

@@ -36,7 +36,7 @@ def _env(over: dict):
 
 
 def _bench(tmp: Path, **over):
-    from eval.bench_policies import BenchConfig
+    from eval.bench.policies import BenchConfig
 
     base = {"name": "t", "out_dir": str(tmp / "b"), "env": {"split": "dev"}, "dev": "0:4", "test": "4:8",
             "methods": [{"name": "CoT", "kind": "never"}]}

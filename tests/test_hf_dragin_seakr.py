@@ -101,7 +101,7 @@ def test_dragin_and_seakr_rows_of_the_seed_benchmark_run(tmp_path):
     """configs/seed/hotpotqa.yaml as shipped, its DRAGIN[step-level] and SeaKR[no rerank] rows (and CoT, the
     reference) on 1 dev + 2 test questions, two steps of <= 16 tokens: thresholds calibrated on dev, both rows evaluated on test, every
     decision carrying its signal (RIND / EigenScore), every DRAGIN retrieval querying with QFS words."""
-    from eval.bench_policies import load_config, run_bench
+    from eval.bench.policies import load_config, run_bench
 
     cfg = yaml.safe_load((REPO / "configs" / "seed" / "hotpotqa.yaml").read_text())
     rows = ("CoT", "DRAGIN[step-level]", "SeaKR[no rerank]")

@@ -215,7 +215,7 @@ def bench(tmp_path_factory):
     policy selected on dev among its run's snapshots, and IRCoT, Single RAG and FLARE as published."""
     import shutil
 
-    from eval.bench_policies import BenchConfig, run_bench
+    from eval.bench.policies import BenchConfig, run_bench
 
     tmp_path = tmp_path_factory.mktemp("bench")
     policy = _export(tmp_path / "run", name="policy")
@@ -242,7 +242,7 @@ def bench(tmp_path_factory):
 def test_from_bench_repeats_what_the_benchmark_evaluated(bench, world_questions, tmp_path):
     """The learned row selected on dev among snapshots (QueryGen head), a threshold calibrated on dev with its
     query mode: the pipeline over the benchmark's test questions makes its decisions and answers."""
-    from eval.bench_policies import evaluated_policy
+    from eval.bench.policies import evaluated_policy
     from kairos import Pipeline
 
     out, s, policy = bench

@@ -104,7 +104,7 @@ def test_costs_are_checked_on_the_driver_naming_the_key():
 
 @pytest.mark.slow
 def test_a_bench_yaml_names_a_plugins_signal_and_trigger(tmp_path, plugin_on_path):
-    from eval.bench_policies import load_config, run_bench
+    from eval.bench.policies import load_config, run_bench
 
     p = tmp_path / "bench.yaml"
     p.write_text(f"""\

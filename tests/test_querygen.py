@@ -197,7 +197,7 @@ def test_generator_plugs_into_querygenerator_and_env_by_name(tiny_run):
 
 def test_querygen_bench_runs_and_writes_report(tiny_run, tmp_path):
     cfg, _ = tiny_run
-    from eval.querygen_bench import run_bench
+    from eval.perf.querygen import run_bench
 
     res = run_bench(cfg, tmp_path / "bench", n_boot=200, batch1_n=3, progress=False)
     names = set(res["methods"])
@@ -234,7 +234,7 @@ def test_generator_runs_in_bench_policies_by_name(tiny_run, tmp_path):
     from pathlib import Path
 
     from envs.core.microworld.artifact import _parse_qid
-    from eval.bench_policies import BenchConfig, run_bench
+    from eval.bench.policies import BenchConfig, run_bench
 
     ckpt = Path(tiny_run[0].out_dir) / "rl"
     cfg = BenchConfig.from_dict({

@@ -195,8 +195,8 @@ def test_every_scalar_signal_declares_its_label_and_error_direction():
     references and the benefit-label AUROCs read."""
     from agents.signals.base import retrieve_direction, signal_meta
     from envs.observation import scalar_signals
-    from eval.benefit_labels import RANKED_SIGNALS
-    from eval.detection_data import DETECTORS, TRAINING_FREE
+    from eval.detection.data import DETECTORS, TRAINING_FREE
+    from eval.detection.labels import RANKED_SIGNALS
     from policies.probes.pipeline import REFERENCES
 
     for name in scalar_signals():

@@ -2,7 +2,7 @@
 
 ``python -m train.report --run runs/train/microworld`` writes ``curves.png`` from ``metrics.jsonl``. Comparing a
 trained policy with dev-calibrated fixed triggers on held-out questions is the benchmark's job:
-``kairos bench policies --config configs/bench_microworld.yaml`` (:mod:`eval.bench_policies`).
+``kairos bench policies --config configs/bench_microworld.yaml`` (:mod:`eval.bench.policies`).
 """
 
 from __future__ import annotations

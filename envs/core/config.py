@@ -14,7 +14,7 @@ Example:
     >>> Demo.from_dict({"lrr": 0.1})
     Traceback (most recent call last):
     ...
-    envs.core.config.ConfigError: Demo: unknown config key 'lrr' (valid keys: lr); did you mean 'lr'?
+    envs.core.config_files.ConfigError: Demo: unknown config key 'lrr' (valid keys: lr); did you mean 'lr'?
 
 A nested config (a field whose type is a :class:`ConfigBase`) loads from a mapping; its errors name the whole key
 path (``TrainConfig.env_config.rsus_options: unknown config key 'n_sampels' …``).
@@ -33,11 +33,9 @@ import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
+from envs.core.config_files import ConfigError, read_config  # the one YAML reader (and its error)
+
 T = TypeVar("T", bound="ConfigBase")
-
-
-class ConfigError(ValueError):
-    """A config file or dict does not match its dataclass (unknown key, wrong type, bad value)."""
 
 
 def helpf(default: Any = dataclasses.MISSING, help: str = "", ge: float | None = None, gt: float | None = None,
@@ -345,6 +343,4 @@ def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
     YAML reader of every config). A missing file, bytes that are not UTF-8 (``file:line``), invalid YAML
     (``file:line:column``), a key given twice (both lines), an empty file, another top level or a bad ``base`` is a
     :class:`ConfigError`."""
-    from envs.core.config_files import read_config
-
     return read_config(path)[0]

@@ -32,9 +32,12 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from envs.core.config import ConfigError
+__all__ = ["BASE_KEY", "ConfigError", "read_config", "read_yaml_strict", "resolve_base"]
 
-__all__ = ["BASE_KEY", "read_config", "read_yaml_strict", "resolve_base"]
+
+class ConfigError(ValueError):
+    """A config file or dict does not match its dataclass (unknown key, wrong type, bad value); defined here, the
+    lowest config module, and re-exported by :mod:`envs.core.config`."""
 
 #: the key that names a config's parent recipe
 BASE_KEY = "base"

@@ -9,7 +9,7 @@ method kind … — when it is imported. Naming it in a config::
       signals: [output, my_signal]    # now a registered name
 
 imports it on the driver before the config is validated (a module that does not import is a
-:class:`~envs.core.config.ConfigError` naming the key and the module), and the config's env carries the list
+:class:`~envs.core.config_files.ConfigError` naming the key and the module), and the config's env carries the list
 (``EnvConfig.plugins``) to every process that rebuilds it with ``EnvConfig.from_dict``: Ray EnvRunners,
 warm-start workers, the reasoner and retriever services.
 """

@@ -173,7 +173,7 @@ def held(folder: str | Path) -> bool:
 
 def output_lock(path: str | Path, command: str | None = None) -> FolderLock:
     """The lock of one output *file* (``<path>.lock`` beside it): one run per file, while other runs write other
-    files of the same folder (e.g. two ``eval.benefit_labels`` runs into ``runs/labels/``). Same guarantees and
+    files of the same folder (e.g. two ``eval.detection.labels`` runs into ``runs/labels/``). Same guarantees and
     messages as :class:`FolderLock`, naming the file."""
     path = Path(path)
     return FolderLock(path.parent, command, lock_name=f"{path.name}.lock", target=path)

@@ -9,5 +9,5 @@
   seeds;
 * :mod:`eval.bench.summary` — statistics and the summary the report renders.
 
-:mod:`eval.bench_policies` runs them (``run_bench``) and is the CLI; it re-exports the names above.
+:mod:`eval.bench.policies` runs them (``run_bench``) and is the CLI; it re-exports the names above.
 """

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-log = logging.getLogger("eval.bench_policies")
+log = logging.getLogger("eval.bench.policies")
 
 __all__ = ["budget_summary", "frontier_area", "lambda_dir", "policy_reads_budget", "run_budgets",
            "select_over_budgets"]
@@ -92,7 +92,7 @@ def select_over_budgets(cfg) -> tuple[dict[str, str], dict[str, Any]]:
 
 
 def run_budgets(cfg, run_one) -> dict[str, Any]:
-    """Steps 1–3 (``run_one``: :func:`eval.bench_policies.run_bench` of one λ). Returns the summary of the benchmark
+    """Steps 1–3 (``run_one``: :func:`eval.bench.policies.run_bench` of one λ). Returns the summary of the benchmark
     at ``cfg.lambda_retrieval`` with ``budgets``: the frontier summary."""
     from envs.core.io import write_json, write_text
 
@@ -269,7 +269,7 @@ def plot_frontier(b: dict[str, Any], out_png: str | Path) -> Path:
     import matplotlib.pyplot as plt
 
     from eval import stats
-    from eval.bench_plots import _save
+    from eval.bench.plots import _save
 
     fig, ax = plt.subplots(figsize=(8.4, 5.4))
     fixed = b["curves"]["fixed"]

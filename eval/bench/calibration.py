@@ -23,7 +23,7 @@ from eval.bench.methods import tag
 if TYPE_CHECKING:
     from eval.bench.methods import MethodSpec
 
-log = logging.getLogger("eval.bench_policies")
+log = logging.getLogger("eval.bench.policies")
 
 QUANTILES = (0.01, 0.02, 0.05, 0.08, 0.12, 0.16, 0.2, 0.3, 0.4, 0.5, 0.7)
 #: learned policies' retrieve-probability grid when ``calibrate`` is on and no ``thresholds`` are given

@@ -1,6 +1,6 @@
 """The benchmark's statistics and summary: bootstrap CIs, paired tests against the reference, accuracy at matched
 budgets, frontier dominance, the best fixed trigger (chosen on dev), oracle-gap fractions, seed-pooled learned
-groups and per-attribute breakdowns — the dict :mod:`eval.bench_report` renders (``summary.json``)."""
+groups and per-attribute breakdowns — the dict :mod:`eval.bench.report` renders (``summary.json``)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ __all__ = ["summarize"]
 
 
 def summarize(cfg: BenchConfig, runner: Runner, results: dict[str, dict], calib: dict, skipped: dict) -> dict:
-    """The report's summary dict (see :mod:`eval.bench_report` for its schema)."""
+    """The report's summary dict (see :mod:`eval.bench.report` for its schema)."""
     kinds = {m.name: m for m in cfg.methods}
     ref = cfg.reference if cfg.reference in results else next(iter(results), None)
     qual = {k: np.array([e["quality"] for e in r["episodes"]], dtype=float) for k, r in results.items()}

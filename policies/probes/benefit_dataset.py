@@ -1,6 +1,6 @@
 """Step datasets for real data: the retrieval-benefit labels joined with the reasoner's per-step states.
 
-:mod:`eval.benefit_labels` labels every non-answer step of a question's closed-book (never-retrieve) chain
+:mod:`eval.detection.labels` labels every non-answer step of a question's closed-book (never-retrieve) chain
 with ``benefit = quality(retrieve at this step) − quality(never)``. The probes need, per labelled step, what
 the micro-world's :class:`~policies.probes.dataset.StepDataset` holds: the pooled per-layer states and the
 output-level signals of the generation pass. :func:`benefit_step_dataset` regenerates those closed-book
@@ -67,7 +67,7 @@ def benefit_step_dataset(labels_path: str | Path, env_config, cache_dir: str | P
     """Labelled steps with hidden states for every question of a benefit-label file.
 
     Args:
-        labels_path: the JSONL written by :mod:`eval.benefit_labels`.
+        labels_path: the JSONL written by :mod:`eval.detection.labels`.
         env_config: the :class:`~envs.env_config.EnvConfig` the labels were made with (same task, split,
             reasoner and ``max_steps``); its question ids are checked against the file's.
         cache_dir: where the ``.npz`` lives (default ``$KAIROS_CACHE/steps``).
@@ -113,7 +113,7 @@ def _read_labels(path: Path) -> tuple[dict[int, dict[str, Any]], dict[int, int]]
     from envs.core.io import read_done_rows
 
     if not path.is_file():
-        raise FileNotFoundError(f"no benefit-label file at {path} (make one with `python -m eval.benefit_labels "
+        raise FileNotFoundError(f"no benefit-label file at {path} (make one with `python -m eval.detection.labels "
                                 f"--config … --split … --out {path}`)")
     lines: dict[int, int] = {}
     rows = read_done_rows(path, require=("question_id", "quality_never", "steps"), line_of=lines)

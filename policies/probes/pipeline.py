@@ -34,7 +34,7 @@ class ProbeTrainConfig(ConfigBase):
     signal: str = helpf("pulse", "probe to train: pulse | reprobe | rsus_proxy")
     artifact: str = helpf("", "micro-world artifact directory (default: the shipped one)")
     benefit_labels: str = helpf("", "real data instead of the micro-world: a retrieval-benefit label JSONL "
-                                "(eval.benefit_labels); label = 'retrieval helps'")
+                                "(eval.detection.labels); label = 'retrieval helps'")
     benefit_config: str = helpf("configs/bench_hotpotqa_bm25.yaml", "with benefit_labels: the bench / env YAML "
                                 "the labels were made with")
     benefit_split: str = helpf("dev[0:500:2]", "with benefit_labels: the env question split of the labels")

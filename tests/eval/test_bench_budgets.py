@@ -12,7 +12,7 @@ import pytest
 
 from envs.core.config import ConfigError
 from eval.bench.budgets import frontier_area
-from eval.bench_policies import BenchConfig, run_bench
+from eval.bench.policies import BenchConfig, run_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))
 
@@ -74,7 +74,7 @@ def test_one_policy_at_every_budget_against_fixed_triggers_calibrated_at_each(tm
         assert one["setup"]["lambda_retrieval"] == float(lam)
         assert one["methods"]["budget(s0)"]["calls"] == (cheap if lam == "0.05" else dear)["groups"]["budget"]["calls"]
     # an application names one λ's folder; the top folder says which exist
-    from eval.bench_policies import evaluated_policy
+    from eval.bench.policies import evaluated_policy
 
     with pytest.raises(FileNotFoundError, match="lambda=0.05"):
         evaluated_policy(out, "budget(s0)")

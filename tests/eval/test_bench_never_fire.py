@@ -10,7 +10,7 @@ import pytest
 
 from eval.bench import calibration
 from eval.bench.methods import MethodSpec, RunContext
-from eval.bench_policies import BenchConfig, evaluated_policy, run_bench
+from eval.bench.policies import BenchConfig, evaluated_policy, run_bench
 from policies.triggers import ThresholdTrigger
 
 INFO = {"signals": {"minprob": 0.2}, "masked_signals": []}

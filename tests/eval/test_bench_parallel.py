@@ -6,7 +6,7 @@ import json
 import pytest
 
 from eval.bench import parallel
-from eval.bench_policies import BenchConfig, run_bench
+from eval.bench.policies import BenchConfig, run_bench
 
 FLARE = "FLARE[unmasked]"
 METHODS = [{"name": "CoT", "kind": "never"}, {"name": "IRCoT[step query, 1 passage, ≤4]", "kind": "always"},

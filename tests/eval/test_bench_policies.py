@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from envs.core.config import ConfigError
-from eval.bench_policies import BenchConfig, auto_grid, parse_slice, retrieval_rate, run_bench
+from eval.bench.policies import BenchConfig, auto_grid, parse_slice, retrieval_rate, run_bench
 
 
 def _cfg(tmp_path, methods, **kw):
@@ -221,7 +221,7 @@ def test_mode_errors(tmp_path):
 
 
 def test_bench_input_errors_name_the_file_line_or_key(tmp_path):
-    from eval.bench_policies import load_config
+    from eval.bench.policies import load_config
 
     bad = tmp_path / "b.yaml"
     bad.write_text("name: x\nmethods:\n  - {name: CoT, kind: never\n")
@@ -282,7 +282,7 @@ def test_recall_at_k_of_the_ranked_lists_per_call():
 def test_a_method_env_tag_hashes_the_keys_as_given():
     """A method's per-question files are named by a hash of its env overrides: typing them keeps the names (and so
     the finished results an out_dir holds)."""
-    from eval.bench_policies import Runner
+    from eval.bench.policies import Runner
 
     cfg = BenchConfig.from_dict({"methods": [
         {"name": "CoT", "kind": "never"}, {"name": "F", "kind": "always", "env": {"injection": "front"}},
@@ -300,8 +300,8 @@ def test_oracle_gap_per_group_is_the_gap_fraction_on_each_groups_questions():
     renders it as its own table."""
     from types import SimpleNamespace
 
+    from eval.bench.report import render_markdown
     from eval.bench.summary import _gap_breakdowns
-    from eval.bench_report import render_markdown
 
     kinds = {0: "unseen", 1: "unseen", 2: "conflicting", 3: "conflicting"}
     qs = [SimpleNamespace(chain_kind=kinds[i]) for i in range(4)]

@@ -1,4 +1,4 @@
-"""Tests for eval.bench_report: figures, Markdown, self-contained HTML and summary.json."""
+"""Tests for eval.bench.report: figures, Markdown, self-contained HTML and summary.json."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from eval.bench_report import plot_accuracy_ci, plot_pareto, render_html, render_markdown, write_report
+from eval.bench.report import plot_accuracy_ci, plot_pareto, render_html, render_markdown, write_report
 
 PNG_SIG = b"\x89PNG\r\n\x1a\n"
 
@@ -165,7 +165,7 @@ def test_single_and_empty(tmp_path: Path) -> None:
 def test_results_table_renders_a_summary(tmp_path):
     import json
 
-    from eval.results_table import main
+    from eval.bench.tables import main
 
     s = {"setup": {"lambda_retrieval": 0.1, "n_test": 2}, "best_fixed": "F", "notes": ["Best fixed trigger: F."],
          "methods": {"F": {"kind": "fixed", "accuracy": 0.5, "acc_lo": 0.0, "acc_hi": 1.0, "calls": 1.0, "reward": 0.4,

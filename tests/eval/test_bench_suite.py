@@ -11,7 +11,7 @@ import yaml
 from _needs import needs_smollm2
 
 from envs.core.config import ConfigError
-from eval.bench_suite import SuiteConfig, load_suite, render_markdown, summary_rows
+from eval.bench.suite import SuiteConfig, load_suite, render_markdown, summary_rows
 
 REPO = Path(__file__).resolve().parents[2]
 SUITE = REPO / "configs" / "suite_seed_benchmarks.yaml"
@@ -63,7 +63,7 @@ IRCOT = "IRCoT[step query, 1 passage, ≤4]"
 @needs_smollm2
 def test_one_seed_benchmark_per_answer_kind_runs_end_to_end_from_its_config(tmp_path):
     from envs.core.data.loaders import shared_data_dir
-    from eval.bench_suite import run_suite
+    from eval.bench.suite import run_suite
 
     if not (shared_data_dir() / "medqa").is_dir():
         pytest.skip(f"shared real data not available under {shared_data_dir()}")

@@ -12,7 +12,7 @@ import torch
 import yaml
 
 from envs.core.config import ConfigError
-from eval import drift_bench as db
+from eval.perf import drift as db
 
 
 def test_isa_environ_pins_torch_onednn_and_mkl_to_one_thread():

@@ -18,7 +18,7 @@ def _args(tmp_path, **kw):
 
 
 def test_kv_reuse_bench_on_the_microworld(tmp_path):
-    from eval.efficiency_bench import run
+    from eval.perf.efficiency import run
 
     assert run(_args(tmp_path)) == 0
     res = json.loads((tmp_path / "efficiency.json").read_text())
@@ -63,7 +63,7 @@ IRCOT = "IRCoT[step query, 1 passage, ≤4]"
 
 
 def test_efficiency_table_on_the_microworld(tmp_path):
-    from eval.efficiency_bench import SETTINGS, run
+    from eval.perf.efficiency import SETTINGS, run
 
     assert run(_args(tmp_path, parts=["table"], questions="0:4", flare_threshold=0.5, batch=2,
                      set=["max_questions=16", "split=dev"])) == 0

@@ -12,7 +12,7 @@ from _needs import needs_hotpotqa, needs_smollm2, needs_vllm
 
 
 def test_agreement_names_the_first_differing_step():
-    from eval.engine_bench import agreement
+    from eval.perf.engine import agreement
 
     ag = agreement({"0": ["a", "b"], "1": ["a", "b"], "2": ["a"]}, {"0": ["a", "b"], "1": ["a", "c"], "2": ["a", "x"]})
     assert ag["identical"] == 1 and ag["n"] == 3

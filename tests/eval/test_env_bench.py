@@ -19,7 +19,7 @@ class _FakeEnv:
 
 
 def test_interleaved_throughput_reports_medians_and_ratios():
-    from eval.env_bench import interleaved_throughput
+    from eval.perf.env import interleaved_throughput
 
     res = interleaved_throughput(lambda b: _FakeEnv(0.002), steps=16, repeats=2)
     assert res["repeats"] == 2 and len(res["runs"]["1"]) == len(res["runs"]["8"]) == 2
@@ -34,7 +34,7 @@ def test_profile_counts_forward_passes_and_restores_the_model():
     from envs.components import build_components
     from envs.env_config import EnvConfig
     from envs.vector import make_batched
-    from eval.env_bench import profile_batched
+    from eval.perf.env import profile_batched
 
     cfg = EnvConfig(split="test", signals=["output"], rsus_components=["ent"])
     comps = build_components(cfg)
@@ -49,7 +49,7 @@ def test_profile_counts_forward_passes_and_restores_the_model():
 
 def test_content_overhead_measures_both_configurations():
     from envs.env_config import EnvConfig
-    from eval.env_bench import content_overhead
+    from eval.perf.env import content_overhead
 
     res = content_overhead(EnvConfig(split="train", rsus_components=["ent"]), steps=16, repeats=1, batch=4)
     assert set(res["cpu_steps_s"]) == {"without", "with"} and all(len(v) == 1 for v in res["cpu_steps_s"].values())

@@ -6,7 +6,7 @@ import pytest
 
 
 def test_rsus_bench_runs_on_the_microworld(tmp_path):
-    from eval.rsus_bench import run_bench
+    from eval.perf.rsus import run_bench
 
     res = run_bench(tmp_path / "rsus.json", n_micro=4, n_hotpot=0, batch=4)
     row = res["rows"][0]
@@ -20,7 +20,7 @@ def test_rsus_bench_runs_on_the_microworld(tmp_path):
 
 def test_retrieval_benefit_labels_resume_and_match_the_env(tmp_path):
     from envs.registration import make_env
-    from eval.benefit_labels import _episode, run
+    from eval.detection.labels import _episode, run
 
     cfg = {"split": "test", "max_questions": 3, "signals": ["output"], "rsus_components": ["ent"]}
     out = tmp_path / "labels.jsonl"
@@ -44,7 +44,7 @@ def test_retrieval_benefit_labels_resume_and_match_the_env(tmp_path):
 def test_benefit_labels_in_two_processes_equal_one_and_a_killed_run_merges(tmp_path):
     """``workers=2`` labels the questions left in two processes (own reasoner each, the cache shared): the merged file
     holds exactly the rows one process writes, in question order; a killed run's shard file is merged by the next."""
-    from eval.benefit_labels import run
+    from eval.detection.labels import run
 
     cfg = {"split": "test", "max_questions": 4, "signals": ["output"], "rsus_components": ["ent"],
            "cache_path": str(tmp_path / "cache.sqlite")}
@@ -87,7 +87,7 @@ def test_benefit_labels_in_two_processes_equal_one_and_a_killed_run_merges(tmp_p
 
 
 def test_benefit_label_summary(tmp_path):
-    from eval.benefit_labels import summarize
+    from eval.detection.labels import summarize
 
     rows = [{"question_index": q, "quality_never": 0.0,
              "steps": [{"benefit": b, "quality_retrieve": b, "signals": {"minprob": m, "entropy": 1 - m}}
@@ -114,7 +114,7 @@ def test_benefit_step_dataset_joins_labels_with_the_generation_states(tmp_path):
     import numpy as np
 
     from envs.env_config import EnvConfig
-    from eval.benefit_labels import run
+    from eval.detection.labels import run
     from policies.probes.benefit_dataset import benefit_step_dataset
 
     cfg = {"split": "test", "max_questions": 6, "signals": ["output"], "rsus_components": ["ent"]}
@@ -146,7 +146,7 @@ def test_benefit_step_dataset_joins_labels_with_the_generation_states(tmp_path):
 def test_probe_train_on_benefit_labels_saves_a_probe_for_the_labels_model(tmp_path):
     import yaml
 
-    from eval.benefit_labels import run
+    from eval.detection.labels import run
     from policies.probes.pipeline import ProbeTrainConfig, train_probe
     from policies.probes.probe import Probe
 

@@ -2,7 +2,7 @@
 
 import json
 
-from eval.reasoner_bench import format_table, main, run_reasoner_bench
+from eval.perf.reasoner import format_table, main, run_reasoner_bench
 
 
 def test_bench_on_a_tiny_folder(tmp_path, tok, random_model):

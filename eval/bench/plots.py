@@ -1,5 +1,5 @@
 """The benchmark's figures: accuracy vs retrieval calls per question (one point per method, threshold sweeps as
-curves, the frontier) and accuracy per method with its bootstrap CI — PNGs for :mod:`eval.bench_report`."""
+curves, the frontier) and accuracy per method with its bootstrap CI — PNGs for :mod:`eval.bench.report`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from envs.core.io import atomic_open
-from eval.report_format import DASH, _curve, _frontier, _label, _methods, _num, _point, quality_label
+from eval.bench.format import DASH, _curve, _frontier, _label, _methods, _num, _point, quality_label
 
 __all__ = ["KIND_MARKERS", "KIND_SIZES", "plot_accuracy_ci", "plot_pareto"]
 

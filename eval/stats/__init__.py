@@ -18,7 +18,7 @@ two methods is right.
 * :func:`mcnemar_exact`: exact (binomial) McNemar test on per-question correctness.
 * :func:`holm`: Holm–Bonferroni step-down adjustment of a family of p-values.
 * :func:`pareto_frontier`, :func:`accuracy_at_budget`, :func:`dominance`: cost/accuracy operating points
-  (retrieval calls per question vs accuracy), e.g. from a threshold sweep (defined in :mod:`eval.frontier`).
+  (retrieval calls per question vs accuracy), e.g. from a threshold sweep (defined in :mod:`eval.stats.frontier`).
 * :func:`compare_methods`: all of the above for several methods against one reference.
 
 scipy is imported inside the functions that need it.
@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from eval.frontier import accuracy_at_budget, dominance, pareto_frontier
-from eval.stats_inputs import _as_1d, _as_correct, _check_bootstrap_args, _same_length
+from eval.stats.frontier import accuracy_at_budget, dominance, pareto_frontier
+from eval.stats.inputs import _as_1d, _as_correct, _check_bootstrap_args, _same_length
 from policies.probes.metrics import (
     auroc,
     average_precision,

@@ -180,7 +180,7 @@ def _run_worker(kind: str, args: dict, out: Path) -> dict:
     spec.write_text(json.dumps({"kind": kind, **args, "result": str(res_path)}))
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     log.info("engine bench: %s %s batch %s", kind, args.get("backend", "vllm"), args.get("batch", ""))
-    proc = subprocess.run([sys.executable, "-m", "eval.engine_bench", str(spec)], env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "eval.perf.engine", str(spec)], env=env, capture_output=True,
                           text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"engine bench worker {spec.name} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")

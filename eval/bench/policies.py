@@ -20,7 +20,7 @@ The main flow (:func:`run_bench`), top to bottom:
 5. statistics (:mod:`eval.bench.summary`, :mod:`eval.stats`): bootstrap CIs, paired bootstrap and exact McNemar (Holm-corrected) of
    every method against the reference, accuracy at matched retrieval budgets, frontier dominance, the
    Pareto frontier;
-6. the report (:mod:`eval.bench_report`): ``summary.json``, ``report.md``, ``report.html`` with PNG plots.
+6. the report (:mod:`eval.bench.report`): ``summary.json``, ``report.md``, ``report.html`` with PNG plots.
 
 A method whose signal the env does not produce (e.g. DRAGIN's RIND on a backend without attentions) is
 *skipped with its reason in the report*, never silently replaced.
@@ -90,7 +90,7 @@ def run_bench(cfg: BenchConfig, components=None) -> dict[str, Any]:
 def _run_bench(cfg: BenchConfig, components=None) -> dict[str, Any]:
     from envs.components import scalar_signals
     from envs.core.io import write_json
-    from eval.bench_report import write_report
+    from eval.bench.report import write_report
     from policies.triggers import NeverTrigger
 
     dev, test = parse_slice(cfg.dev, "dev"), parse_slice(cfg.test, "test")

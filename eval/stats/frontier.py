@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from eval.stats_inputs import _as_1d, _as_points
+from eval.stats.inputs import _as_1d, _as_points
 
 __all__ = ["accuracy_at_budget", "dominance", "pareto_frontier"]
 

@@ -6,7 +6,7 @@ accuracy per group of a breakdown (e.g. the micro-world's chain kinds).
 
 Example (shell)::
 
-    python -m eval.results_table runs/quickstart/bench/summary.json --by chain_kind
+    python -m eval.bench.tables runs/quickstart/bench/summary.json --by chain_kind
 """
 
 from __future__ import annotations
@@ -30,13 +30,13 @@ def md_name(name: str) -> str:
 
 def _ci(v: dict | None, key: str = "diff", nd: int = 3, signed: bool = True) -> str:
     """``value [lo, hi]`` of a statistics dict (the report's own formatting); ``–`` when absent."""
-    from eval.report_format import DASH, _fmt_ci
+    from eval.bench.format import DASH, _fmt_ci
 
     return _fmt_ci(v[key], v["lo"], v["hi"], nd, signed) if v else DASH
 
 
 def _acc(v: dict) -> str:
-    from eval.report_format import _fmt_ci
+    from eval.bench.format import _fmt_ci
 
     return _fmt_ci(v["accuracy"], v["acc_lo"], v["acc_hi"])
 

@@ -1,6 +1,6 @@
 """``kairos bench suite``: several policy benchmarks in one run and one summary table across them.
 
-Each entry of the suite is a ``kairos bench policies`` config (:class:`eval.bench_policies.BenchConfig`). Every
+Each entry of the suite is a ``kairos bench policies`` config (:class:`eval.bench.policies.BenchConfig`). Every
 config is loaded and validated first — a typo in the fifth benchmark fails before the first one starts — then
 the benchmarks run one after another (each resumable through its own per-question results, so a rerun after a
 crash continues where it stopped), and the suite writes ``<out_dir>/summary.json`` and ``summary.md``:
@@ -54,7 +54,7 @@ class SuiteConfig(ConfigBase):
 def load_suite(path: str, out: str | None = None, overrides: list[str] | None = None):
     """``(SuiteConfig, [BenchConfig])``: the suite and every benchmark config, validated (nothing runs)."""
     from envs.core.config import read_yaml_mapping
-    from eval.bench_policies import load_config
+    from eval.bench.policies import load_config
 
     suite = SuiteConfig.from_dict(read_yaml_mapping(path), where=str(path))
     if out:
@@ -77,7 +77,7 @@ def load_suite(path: str, out: str | None = None, overrides: list[str] | None = 
 def summary_rows(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The suite's tables from each benchmark's ``summary.json`` content: ``{"benchmarks": {name: {"metric",
     "n_test"}}, "methods": {method: {benchmark: {"quality", "calls", "harm_rate", "no_answer_share"}}}}``."""
-    from eval.bench_report import quality_label
+    from eval.bench.report import quality_label
 
     benches, methods = {}, {}
     for b, s in results.items():
@@ -92,7 +92,7 @@ def summary_rows(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 def render_markdown(title: str, table: dict[str, Any]) -> str:
     """The suite summary as Markdown: method × benchmark cells ``quality / calls / harm``, then no-answer shares."""
-    from eval.bench_report import markdown_table
+    from eval.bench.report import markdown_table
 
     benches = list(table["benchmarks"])
 
@@ -115,7 +115,7 @@ def render_markdown(title: str, table: dict[str, Any]) -> str:
 def run_suite(suite: SuiteConfig, benches: list) -> dict[str, Any]:
     """Run every benchmark (in order), then write the suite summary. Returns it."""
     from envs.core.io import write_json, write_text
-    from eval.bench_policies import run_bench
+    from eval.bench.policies import run_bench
 
     results = {}
     for i, cfg in enumerate(benches, 1):

@@ -1,4 +1,4 @@
-"""RSUS in ``kairos bench detection`` (:mod:`eval.detection_bench`): its components on the benchmark's labelled
+"""RSUS in ``kairos bench detection`` (:mod:`eval.detection.bench`): its components on the benchmark's labelled
 micro-world steps, computed as the env computes them, and the RSUS rows they make.
 
 Per step, :meth:`agents.signals.rsus.RSUS.components` with the env's default settings (docs/design.md §4;

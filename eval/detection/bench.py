@@ -20,7 +20,7 @@ errors vs the correct steps), a calibration check (is a MISLEARNED step confiden
 (magnitude / angle / both; layer intervals early / middle / late / whole / design default / "chosen" = best
 validation AUROC), and AUROC on non-hedging steps. On the micro-world splits RSUS too (``rsus``, on by default):
 U_ent, U_cons, the U_verb proxies (surface features, with or without the MiniLM embedding) and the weighted RSUS,
-its components computed on the same steps as the env computes them (:mod:`eval.detection_rsus`; U_cons samples 3
+its components computed on the same steps as the env computes them (:mod:`eval.detection.rsus`; U_cons samples 3
 alternatives per step: ≈ 55 ms CPU per step on the micro-world LM, ≈ 8 min for the default splits' ~8,000 steps,
 cached beside the step datasets).
 
@@ -31,7 +31,7 @@ cached beside the step datasets).
   features transfer to another model's hidden states and another error mix.
 
 * **(c) hotpotqa** — real data: SmolLM2-135M on HotpotQA dev with *retrieval-benefit* labels (docs/design.md §6; a
-  step is positive when retrieving at it raises the answer's F1), made by :mod:`eval.benefit_labels`. A few
+  step is positive when retrieving at it raises the answer's F1), made by :mod:`eval.detection.labels`. A few
   hundred labelled questions hold few positives, so (c) is k-fold cross-validation by question
   (``benefit_folds``, default 5): each fold's detectors are fitted / thresholded on the other folds exactly as in
   (a), and the metrics are computed on the pooled out-of-fold scores (``benefit_folds=1``: one held-out part of
@@ -48,9 +48,9 @@ Example (shell)::
 Writes ``detection_bench.md``, ``detection_bench.json`` and ``roc.png`` under ``--out`` and prints the main
 table.
 
-Modules: :mod:`eval.detection_data` (settings, splits, datasets, probe fitting), :mod:`eval.detection_rsus` (RSUS's
+Modules: :mod:`eval.detection.data` (settings, splits, datasets, probe fitting), :mod:`eval.detection.rsus` (RSUS's
 components and rows), this one (fitting, scoring and bootstrap of every split; the run and the CLI),
-:mod:`eval.detection_report` (ROC figure, Markdown tables).
+:mod:`eval.detection.report` (ROC figure, Markdown tables).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ from typing import Any
 
 import numpy as np
 
-from eval.detection_data import (
+from eval.detection.data import (
     DETECTORS,
     MICRO_SPLITS,
     SPLIT_LABELS,
@@ -84,9 +84,9 @@ from eval.detection_data import (
     split_detectors,
     training_free_scores,
 )
-from eval.detection_metrics import calibration, report_split
-from eval.detection_report import format_markdown, main_table, plot_roc
-from eval.detection_rsus import PROXIES, TRAINING_FREE_RSUS, attach_rsus, rsus_cost, rsus_scores
+from eval.detection.metrics import calibration, report_split
+from eval.detection.report import format_markdown, main_table, plot_roc
+from eval.detection.rsus import PROXIES, TRAINING_FREE_RSUS, attach_rsus, rsus_cost, rsus_scores
 from eval.stats import (
     auroc,
     youden_threshold,
@@ -114,7 +114,7 @@ def fit_and_score(split: SplitData, cfg: DetectionBenchConfig, model_id: str, pr
     search = cfg.layers == "chosen" or cfg.ablations
     fixed = None if cfg.layers == "chosen" else tuple(int(x) for x in cfg.layers.split(","))
     detectors = split_detectors(s)
-    proxies = tuple(p for p in PROXIES if p in detectors)  # RSUS's U_verb proxies (eval.detection_rsus)
+    proxies = tuple(p for p in PROXIES if p in detectors)  # RSUS's U_verb proxies (eval.detection.rsus)
     other_poolings = [p for p in pulse_poolings(s) if p != cfg.pulse_pooling] if cfg.ablations else []
     n_fits = 3 + (len(candidates) if search else 0) + (2 if cfg.ablations else 0) + len(other_poolings) \
         + int(fixed is not None and (not search or fixed not in candidates)) + len(proxies)
@@ -155,7 +155,7 @@ def fit_and_score(split: SplitData, cfg: DetectionBenchConfig, model_id: str, pr
     for name in detectors:
         _, learned, hi = DETECTORS[name]
         sign = 1.0 if hi else -1.0
-        if name in rsus:  # the weighted RSUS rows (eval.detection_rsus); NaN = masked: never fires, ranks last
+        if name in rsus:  # the weighted RSUS rows (eval.detection.rsus); NaN = masked: never fires, ranks last
             r = rsus[name]
             scores[name] = np.nan_to_num(r["test"], nan=-np.inf)
             part, rule = ((y_tr, r["train"]), "Youden's J on the train part") if name in TRAINING_FREE_RSUS \

@@ -353,8 +353,8 @@ def decisions_agree(a_jsonl: str, b_jsonl: str) -> float:
 # ---------------------------------------------------------------------------------------------- the whole run
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from envs.core.io import write_json, write_text
-    from eval.bench_policies import run_bench
-    from eval.engine_bench import _cpu_model
+    from eval.bench.policies import run_bench
+    from eval.perf.engine import _cpu_model
     from train.config import TrainConfig
 
     out = Path(args.out)
@@ -383,7 +383,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if not npz.is_file():
                 t0 = time.perf_counter()
                 npz.parent.mkdir(parents=True, exist_ok=True)
-                cmd = [sys.executable, "-m", "eval.drift_bench", "--record-env", str(npz), "--config", args.config,
+                cmd = [sys.executable, "-m", "eval.perf.drift", "--record-env", str(npz), "--config", args.config,
                        "--questions", str(args.env_questions)]
                 rc = subprocess.run(cmd, env=isa_environ(isa)).returncode
                 if rc != 0:
@@ -482,8 +482,8 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m eval.drift_bench --record-env OUT.npz --config C --questions N`` (stage 1's worker process)."""
-    p = argparse.ArgumentParser(prog="python -m eval.drift_bench")
+    """``python -m eval.perf.drift --record-env OUT.npz --config C --questions N`` (stage 1's worker process)."""
+    p = argparse.ArgumentParser(prog="python -m eval.perf.drift")
     p.add_argument("--record-env", required=True)
     p.add_argument("--config", required=True)
     p.add_argument("--questions", type=int, default=100)

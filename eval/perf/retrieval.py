@@ -371,8 +371,8 @@ def _environment() -> dict[str, Any]:
 
 
 def _table(headers: list[str], rows: list[list[Any]]) -> str:
-    """:func:`eval.bench_report.markdown_table` with every column left-aligned (this report's layout)."""
-    from eval.bench_report import markdown_table
+    """:func:`eval.bench.report.markdown_table` with every column left-aligned (this report's layout)."""
+    from eval.bench.report import markdown_table
 
     return markdown_table(headers, rows, align=["---"] * len(headers))
 

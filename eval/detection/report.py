@@ -1,4 +1,4 @@
-"""The report of ``kairos bench detection`` (:mod:`eval.detection_bench`): the ROC figure and the Markdown tables
+"""The report of ``kairos bench detection`` (:mod:`eval.detection.bench`): the ROC figure and the Markdown tables
 of a benchmark result dict (``detection_bench.json``'s content)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from eval.bench_report import markdown_table
-from eval.detection_data import DETECTORS, SPLIT_LABELS
+from eval.bench.report import markdown_table
+from eval.detection.data import DETECTORS, SPLIT_LABELS
 
 # ------------------------------------------------------------------------------------------------ ROC figure
 
@@ -117,7 +117,7 @@ def _md_setup(result: dict[str, Any]) -> list[str]:
              "(the same resamples for every detector).", ""]
     if "rsus" in data:
         r = data["rsus"]
-        parts += [f"RSUS rows (micro-world splits; eval.detection_rsus): U_ent = BM25 score entropy of the step's "
+        parts += [f"RSUS rows (micro-world splits; eval.detection.rsus): U_ent = BM25 score entropy of the step's "
                   f"entities over the world's fact corpus (top 100), U_cons = disagreement of {r['n_samples']} "
                   "alternatives sampled from the state before the step, at every step; RSUS = the paper weights "
                   "0.40 / 0.35 / 0.25 (verb / ent / cons) renormalised over the row's components; U_verb = a proxy "

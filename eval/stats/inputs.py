@@ -1,4 +1,4 @@
-"""Input checks of the question-level statistics (:mod:`eval.stats`, :mod:`eval.frontier`): every array is 1-D,
+"""Input checks of the question-level statistics (:mod:`eval.stats`, :mod:`eval.stats.frontier`): every array is 1-D,
 finite where it must be, and aligned on the same questions; errors name the argument."""
 
 from __future__ import annotations

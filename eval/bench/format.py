@@ -1,5 +1,5 @@
-"""Formatting and reading a benchmark summary, shared by its report (:mod:`eval.bench_report`) and plots
-(:mod:`eval.bench_plots`): numbers as the report prints them (missing, None or NaN → "–") and the summary's
+"""Formatting and reading a benchmark summary, shared by its report (:mod:`eval.bench.report`) and plots
+(:mod:`eval.bench.plots`): numbers as the report prints them (missing, None or NaN → "–") and the summary's
 methods, operating points, curves and frontier."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The detection benchmark's numbers of one split (:mod:`eval.detection_bench`): point metrics at a threshold, their
+"""The detection benchmark's numbers of one split (:mod:`eval.detection.bench`): point metrics at a threshold, their
 question-level bootstrap CIs, the per-error-kind table, PUlSE's ablations and interval search, the hedging check,
 the ROC curves; and the output-confidence calibration of the error kinds."""
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from eval.detection_data import DETECTORS, HEDGE_RE, KIND_ORDER, METRICS, SPLIT_LABELS, DetectionBenchConfig
+from eval.detection.data import DETECTORS, HEDGE_RE, KIND_ORDER, METRICS, SPLIT_LABELS, DetectionBenchConfig
 from eval.stats import (
     auroc,
     average_precision,

@@ -192,7 +192,7 @@ def calibrate_flare(env_config, questions: range, batch: int) -> dict[str, Any]:
     """FLARE's θ on ``questions`` of ``env_config`` (an :class:`~envs.env_config.EnvConfig`): the auto grid of
     minprob over the CoT steps, best reward (ties: fewer calls)."""
     from envs.components import build_components
-    from eval.bench_policies import auto_grid
+    from eval.bench.policies import auto_grid
     from policies.triggers import TRIGGERS
     from train.evaluate import evaluate_policy
 
@@ -359,8 +359,8 @@ def run(args: argparse.Namespace) -> int:
 
     from envs.components import build_components
     from envs.core.io import write_json, write_text
-    from eval.bench_policies import parse_slice
-    from eval.service_bench import train_env_config
+    from eval.bench.policies import parse_slice
+    from eval.perf.service import train_env_config
 
     torch.set_num_threads(1)
     env_config = train_env_config(args)

@@ -1,8 +1,8 @@
-"""Settings, splits, datasets and detectors of ``kairos bench detection`` (:mod:`eval.detection_bench`).
+"""Settings, splits, datasets and detectors of ``kairos bench detection`` (:mod:`eval.detection.bench`).
 
 The benchmark's configuration and constants (splits, detectors, metrics), the labelled step datasets of each
 split (micro-world train / test questions, the shifted world, HotpotQA retrieval-benefit labels) and the probe
-fitting of the learned detectors. :mod:`eval.detection_bench` runs and scores them; :mod:`eval.detection_report`
+fitting of the learned detectors. :mod:`eval.detection.bench` runs and scores them; :mod:`eval.detection.report`
 formats the result.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from envs.core.config import ConfigBase, ConfigError, helpf
-from eval.detection_rsus import PROXIES, RSUS_DETECTORS
+from eval.detection.rsus import PROXIES, RSUS_DETECTORS
 
 #: implemented splits -> description
 SPLITS = {
@@ -51,7 +51,7 @@ DETECTORS: dict[str, tuple[str, bool, bool]] = {
     "ref_last_layer": ("ref: last-layer state probe", True, True),
     "ref_step_meta": ("ref: step index + length probe", True, True),
 }
-DETECTORS.update(RSUS_DETECTORS)  # the micro-world splits' RSUS rows (eval.detection_rsus)
+DETECTORS.update(RSUS_DETECTORS)  # the micro-world splits' RSUS rows (eval.detection.rsus)
 #: error kinds reported first (others found in the data follow)
 KIND_ORDER = ("mislearned", "conflicting", "unseen", "evidence_only")
 HEDGE_RE = re.compile(r"\b(may|might|could|unclear|uncertain|not clear|possibly|perhaps|suggest\w*)\b", re.I)
@@ -73,7 +73,7 @@ class DetectionBenchConfig(ConfigBase):
     val_frac: float = helpf(0.3, "validation share of the train part (questions; steps for the entity split)")
     entity_test_frac: float = helpf(0.3, "entity split: share of the test-question steps whose subjects are held out")
     benefit_labels: str = helpf("runs/labels/hotpotqa_benefit.jsonl", "split 'hotpotqa': the retrieval-benefit "
-                                "label JSONL (python -m eval.benefit_labels)")
+                                "label JSONL (python -m eval.detection.labels)")
     benefit_config: str = helpf("configs/bench_hotpotqa_bm25.yaml", "split 'hotpotqa': the bench / env YAML the "
                                 "labels were made with")
     benefit_split: str = helpf("dev[0:500:2]", "split 'hotpotqa': the env question split the labels were made on")
@@ -100,7 +100,7 @@ class DetectionBenchConfig(ConfigBase):
                                     "quick runs)")
     progress: bool = helpf(True, "show rich progress bars (stderr)")
     rsus: bool = helpf(True, "RSUS rows on the micro-world splits: U_ent, U_cons, the U_verb proxies and the weighted "
-                       "RSUS (eval.detection_rsus; replays the chains and samples rsus_samples alternatives per step, "
+                       "RSUS (eval.detection.rsus; replays the chains and samples rsus_samples alternatives per step, "
                        "cached); not computed on split 'hotpotqa'")
     rsus_samples: int = helpf(3, "RSUS U_cons: sampled alternatives per step (the env's default k)")
 
@@ -263,13 +263,13 @@ def shifted_test_steps(cfg: DetectionBenchConfig, world, progress) -> tuple[Any,
     sub = cfg.replace(train_split=cfg.test_split, n_train_questions=0)
     _, test = load_datasets(shifted, sub, progress, only_test=True)
     if cfg.rsus:  # its own LM samples U_cons, its own corpus scores U_ent
-        from eval.detection_rsus import attach_rsus
+        from eval.detection.rsus import attach_rsus
 
         test = attach_rsus(shifted, test, cfg.test_split, cfg.n_test_questions or None, cfg, progress, " (shifted)")
     info = {"artifact": str(path), "seed": shifted.kb.config.seed, "relations": list(shifted.kb.config.relations),
             "steps": len(test), "error_rate": float(test.labels.mean()), "kinds": kind_counts(test)}
     if cfg.rsus:
-        from eval.detection_rsus import rsus_cost
+        from eval.detection.rsus import rsus_cost
 
         info["rsus"] = rsus_cost(test)
     return test, info
@@ -284,7 +284,7 @@ def benefit_dataset(cfg: DetectionBenchConfig, progress):
     labels = Path(cfg.benefit_labels)
     if not labels.is_file():
         raise FileNotFoundError(f"split 'hotpotqa': no benefit-label file at {labels} (make it with `python -m "
-                                f"eval.benefit_labels --config {cfg.benefit_config} --split '{cfg.benefit_split}' "
+                                f"eval.detection.labels --config {cfg.benefit_config} --split '{cfg.benefit_split}' "
                                 f"--out {labels}`)")
     env_cfg = env_config_from_file(cfg.benefit_config, cfg.benefit_split)
     n = sum(1 for line in labels.read_text(encoding="utf-8").splitlines() if line.strip())

@@ -1,5 +1,5 @@
 """Render a precomputed retrieval-policy benchmark summary as plots, Markdown and self-contained HTML (the plots are
-:mod:`eval.bench_plots`', the number formatting :mod:`eval.report_format`'s; both re-exported here).
+:mod:`eval.bench.plots`', the number formatting :mod:`eval.bench.format`'s; both re-exported here).
 
 The benchmark compares *retrieval policies* (when a step-by-step reasoner should call its retriever)
 on accuracy against retrieval calls per question. Everything statistical (bootstrap CIs, McNemar,
@@ -36,8 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from envs.core.io import atomic_open, write_json
-from eval.bench_plots import plot_accuracy_ci, plot_pareto
-from eval.report_format import (
+from eval.bench.format import (
     DASH,
     _fmt,
     _fmt_big,
@@ -52,6 +51,7 @@ from eval.report_format import (
     metric_label,
     quality_label,
 )
+from eval.bench.plots import plot_accuracy_ci, plot_pareto
 
 log = logging.getLogger(__name__)
 

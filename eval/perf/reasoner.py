@@ -11,7 +11,7 @@ thread: the speed the machine would give undisturbed); the overhead is computed 
 is the real LM, SmolLM2-135M-Instruct, on one thread.
 
 Example:
-    python -m eval.reasoner_bench --batch-sizes 1 8 --out runs/bench/reasoner_bench.json
+    python -m eval.perf.reasoner --batch-sizes 1 8 --out runs/bench/reasoner_bench.json
 """
 
 from __future__ import annotations
@@ -228,7 +228,7 @@ def format_table(result: dict[str, Any]) -> str:
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     """Arguments of the benchmark (on ``parser`` when given, e.g. a ``kairos bench`` subparser)."""
-    p = parser or argparse.ArgumentParser(prog="python -m eval.reasoner_bench", description=__doc__.split("\n")[0])
+    p = parser or argparse.ArgumentParser(prog="python -m eval.perf.reasoner", description=__doc__.split("\n")[0])
     p.add_argument("--model", default=None, help="local model folder / .gguf (default: SmolLM2-135M-Instruct)")
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8], help="questions decoded together")
     p.add_argument("--steps", type=int, default=3, help="steps per chain")

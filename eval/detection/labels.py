@@ -16,7 +16,7 @@ is rewritten)::
 
 Example (shell)::
 
-    python -m eval.benefit_labels --config configs/bench_hotpotqa_bm25.yaml --split "dev[0:500:2]" \\
+    python -m eval.detection.labels --config configs/bench_hotpotqa_bm25.yaml --split "dev[0:500:2]" \\
         --out runs/labels/hotpotqa_benefit.jsonl --max-minutes 45 --workers 2
 """
 
@@ -211,7 +211,7 @@ def summarize(path: str | Path, n_boot: int = 1000) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     from envs.env_config import env_config_from_file
 
-    p = argparse.ArgumentParser(prog="python -m eval.benefit_labels", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m eval.detection.labels", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True, help="a bench or env YAML; its 'env' section (or the whole file) is "
                                                    "the EnvConfig")
