@@ -10,6 +10,6 @@
 source "$(dirname "$0")/lib_runs.sh"
 for s in 0 1 2; do
   train configs/train_hotpotqa.yaml "$s" "runs/train/hotpotqa_s$s"
-  train configs/train_hotpotqa_signals_only.yaml "$s" "runs/train/hotpotqa_signals_only_s$s"
+  train configs/experiments/real_data/train_hotpotqa_signals_only.yaml "$s" "runs/train/hotpotqa_signals_only_s$s"
 done
 "$PY" -m eval bench policies --config configs/bench_hotpotqa_learned.yaml

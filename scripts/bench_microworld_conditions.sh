@@ -17,17 +17,17 @@ condition() {  # run-name prefix, bench config, then the configs: main recipe, s
   "$PY" -m eval bench policies --config "$2"
 }
 if [ "$which" != b ]; then
-  condition microworld configs/bench_microworld_seeds.yaml configs/train_microworld.yaml \
-    configs/train_microworld_signals_only.yaml configs/train_microworld_querygen_head.yaml
+  condition microworld configs/experiments/microworld/bench_microworld_seeds.yaml configs/experiments/microworld/train_microworld.yaml \
+    configs/experiments/microworld/train_microworld_signals_only.yaml configs/experiments/microworld/train_microworld_querygen_head.yaml
   # the main job's recipe (the QueryGen head over info_need / step) × 3 seeds beside the main recipe's seeds
-  for s in 0 1 2; do train configs/train_microworld_querygen_2modes.yaml "$s" "runs/train/microworld_querygen_2modes_s$s"; done
-  "$PY" -m eval bench policies --config configs/bench_microworld_querygen_2modes.yaml
+  for s in 0 1 2; do train configs/experiments/microworld/train_microworld_querygen_2modes.yaml "$s" "runs/train/microworld_querygen_2modes_s$s"; done
+  "$PY" -m eval bench policies --config configs/experiments/microworld/bench_microworld_querygen_2modes.yaml
 fi
 if [ "$which" != a ]; then
-  condition microworld_fd configs/bench_microworld_factdisjoint.yaml configs/train_microworld_factdisjoint.yaml \
-    configs/train_microworld_factdisjoint_signals_only.yaml configs/train_microworld_factdisjoint_querygen_head.yaml
+  condition microworld_fd configs/experiments/factdisjoint/bench_microworld_factdisjoint.yaml configs/experiments/factdisjoint/train_microworld_factdisjoint.yaml \
+    configs/experiments/factdisjoint/train_microworld_factdisjoint_signals_only.yaml configs/experiments/factdisjoint/train_microworld_factdisjoint_querygen_head.yaml
   for s in 0 1 2; do
-    train configs/train_microworld_factdisjoint_querygen_2modes.yaml "$s" "runs/train/microworld_fd_querygen_2modes_s$s"
+    train configs/experiments/factdisjoint/train_microworld_factdisjoint_querygen_2modes.yaml "$s" "runs/train/microworld_fd_querygen_2modes_s$s"
   done
-  "$PY" -m eval bench policies --config configs/bench_microworld_factdisjoint_querygen_2modes.yaml
+  "$PY" -m eval bench policies --config configs/experiments/factdisjoint/bench_microworld_factdisjoint_querygen_2modes.yaml
 fi

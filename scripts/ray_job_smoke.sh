@@ -43,7 +43,7 @@ if vllm:  # SmolLM2 on HotpotQA through a vLLM replica: short chains, no warm st
     cfg["algo"]["episodes_per_batch"] = 8
     envs_per_runner = 4
 else:
-    cfg = yaml.safe_load(open("configs/train_microworld.yaml"))
+    cfg = yaml.safe_load(open("configs/experiments/microworld/train_microworld.yaml"))
     cfg["algo"]["episodes_per_batch"] = 16
     cfg["env_config"].update(max_questions=32)
     cfg["warmstart"].update(questions=16, epochs=2)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-TINY_CONFIG = REPO / "configs" / "microworld_tiny.yaml"
+TINY_CONFIG = REPO / "configs" / "experiments" / "microworld" / "microworld_tiny.yaml"
 SHARED_DATA = Path(os.environ.get("KAIROS_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 # fixture modules are data for the tests, not tests: --doctest-modules would import them at collection (a plug-in

@@ -10,8 +10,8 @@ from envs.core.microworld.config import BuildConfig
 from envs.env_config import EnvConfig
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-KINDS = {"microworld_build.yaml": BuildConfig, "microworld_tiny.yaml": BuildConfig,
-         "microworld_shifted.yaml": BuildConfig, "env_microworld.yaml": EnvConfig}
+KINDS = {"microworld_build.yaml": BuildConfig, "experiments/microworld/microworld_tiny.yaml": BuildConfig,
+         "experiments/microworld/microworld_shifted.yaml": BuildConfig, "env_microworld.yaml": EnvConfig}
 
 
 @pytest.mark.parametrize("name", sorted(KINDS))

@@ -38,6 +38,9 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 PAGES = sorted(DOCS.rglob("*.md"))
 ALL_TEXT = [ROOT / "README.md", *PAGES]
+#: pages that document an earlier commit (docs/history/): their paths and commands are that commit's, so the checks
+#: that hold the current pages to today's code skip them (the site still builds them, links and anchors checked)
+CURRENT = [p for p in ALL_TEXT if "history" not in p.relative_to(ROOT).parts]
 MARK = re.compile(r"^<!-- docs-test: (.*) -->$")
 FILE_LINE = re.compile(r"# ([\w./-]+\.(?:py|ya?ml|jsonl?|txt))")
 REPO_PATH = re.compile(r"`((?:envs|agents|policies|train|eval|kairos|tests|scripts|configs)/[\w./-]*)(?::[\w.]+)?`")
@@ -252,7 +255,7 @@ def test_mkdocs_build_strict(tmp_path):
 
 def test_every_command_parses(tmp_path):
     cmds = []
-    for path in ALL_TEXT:
+    for path in CURRENT:
         for b in blocks(path):
             if b.lang in ("bash", "sh", "console"):
                 for c in commands(b.text):
@@ -275,7 +278,7 @@ def test_the_command_check_can_fail(tmp_path):
 
 def test_python_imports_yaml_and_paths():
     problems, imports = [], []
-    for path in ALL_TEXT:
+    for path in CURRENT:
         text = path.read_text(encoding="utf-8")
         for m in REPO_PATH.finditer(text):
             p = m.group(1).rstrip(".")

@@ -1,12 +1,12 @@
 """``kairos train`` / ``python -m train``: train a retrieval-timing policy with REINFORCE on RLlib.
 
 Examples:
-    python -m train --config configs/train_microworld.yaml
-    python -m train --config configs/train_microworld.yaml --resume      # continue after a crash / kill
-    python -m train --config configs/train_microworld.yaml --sweep       # Tune grid: sweep.seeds × sweep.lambda_end
+    python -m train --config configs/experiments/microworld/train_microworld.yaml
+    python -m train --config configs/experiments/microworld/train_microworld.yaml --resume      # continue after a crash / kill
+    python -m train --config configs/experiments/microworld/train_microworld.yaml --sweep       # Tune grid: sweep.seeds × sweep.lambda_end
     kairos train querygen --config configs/querygen_microworld.yaml      # the generative QueryGen (TRL)
     kairos train rsus-weights --config configs/rsus_weights_microworld.yaml   # refit RSUS's weights, save by name
-    ray job submit --working-dir . -- python -m train --config configs/train_microworld.yaml
+    ray job submit --working-dir . -- python -m train --config configs/experiments/microworld/train_microworld.yaml
 """
 
 from __future__ import annotations

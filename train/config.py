@@ -172,7 +172,7 @@ class SweepOptions(ConfigBase):
 
 @dataclass
 class TrainConfig(ConfigBase):
-    """One training run (``python -m train --config configs/train_microworld.yaml``)."""
+    """One training run (``python -m train --config configs/experiments/microworld/train_microworld.yaml``)."""
 
     name: str = helpf("microworld", "run name (TensorBoard tag prefix, exported policy name)")
     out_dir: str = helpf("runs/train/microworld", "run directory: checkpoints/, tb/, metrics.jsonl, policy/")

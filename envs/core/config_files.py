@@ -113,7 +113,7 @@ def resolve_base(name: Any, child: Path) -> Path:
         if t.is_file():
             return t
     raise ConfigError(f"{child}: base {name!r} not found (tried {', '.join(str(t) for t in tried)}); name the "
-                      "parent recipe by its path from the repository root, e.g. base: configs/train_microworld.yaml")
+                      "parent recipe by its path from the repository root, e.g. base: configs/experiments/microworld/train_microworld.yaml")
 
 
 def read_config(path: str | Path, _chain: tuple[Path, ...] = ()) -> tuple[dict[str, Any], dict[str, str]]:

@@ -374,7 +374,7 @@ class LearnedMethod(MethodSpec):
     def preflight(self, known_signals: set[str], skip_missing_policies: bool) -> None:
         if not skip_missing_policies and policy_path_missing(self.path):
             raise FileNotFoundError(f"method '{self.name}': no exported policy at {self.path} (train one with "
-                                    "`kairos train --config configs/train_microworld.yaml`; it writes "
+                                    "`kairos train --config configs/experiments/microworld/train_microworld.yaml`; it writes "
                                     "<out_dir>/policy_trigger), or set skip_missing_policies: true")
 
     def check_loaded(self, runner: Any) -> None:
@@ -400,7 +400,7 @@ class LearnedMethod(MethodSpec):
         path = Path(self.path)
         if policy_path_missing(path):
             raise FileNotFoundError(f"method '{self.name}': no exported policy at {path} (train one with "
-                                    "`kairos train --config configs/train_microworld.yaml`; it writes "
+                                    "`kairos train --config configs/experiments/microworld/train_microworld.yaml`; it writes "
                                     "<out_dir>/policy_trigger)")
         t = LearnedTrigger.load(path, name=self.name, querygen=self.querygen,
                                 threshold=0.5 if threshold is None else float(threshold))

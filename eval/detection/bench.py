@@ -27,7 +27,7 @@ cached beside the step datasets).
 * **(b) shifted** — probes and thresholds exactly as in (a) (fitted on the default world's train
   questions, never refitted), evaluated on the test-question steps of a *shifted* micro-world: another KB
   seed and relation mix with its own LM of the same architecture (``shifted_artifact``; built by
-  ``kairos microworld build --config configs/microworld_shifted.yaml``). It asks whether the trajectory
+  ``kairos microworld build --config configs/experiments/microworld/microworld_shifted.yaml``). It asks whether the trajectory
   features transfer to another model's hidden states and another error mix.
 
 * **(c) hotpotqa** — real data: SmolLM2-135M on HotpotQA dev with *retrieval-benefit* labels (docs/design.md §6; a

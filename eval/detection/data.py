@@ -254,7 +254,7 @@ def shifted_test_steps(cfg: DetectionBenchConfig, world, progress) -> tuple[Any,
     path = Path(cfg.shifted_artifact)
     if not (path / "manifest.json").is_file():
         raise FileNotFoundError(f"split 'shifted': no micro-world artifact at {path} (build it with `kairos "
-                                f"microworld build --config configs/microworld_shifted.yaml --out {path}`)")
+                                f"microworld build --config configs/experiments/microworld/microworld_shifted.yaml --out {path}`)")
     shifted = load_artifact(path, threads=cfg.threads)
     if (shifted.model.config.num_hidden_layers, shifted.model.config.hidden_size) != (
             world.model.config.num_hidden_layers, world.model.config.hidden_size):

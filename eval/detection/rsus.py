@@ -10,7 +10,7 @@ micro-world's steps have no discourse marker to gate it). The steps are the data
 replayed in the batches :func:`~policies.probes.dataset.build_step_dataset` made them in and checked against the
 dataset row by row (a mismatch is an error). The columns are cached beside the step dataset.
 
-The rows (:data:`RSUS_DETECTORS`), named as the policy benchmark names RSUS rows (``configs/bench_microworld_rsus.yaml``):
+The rows (:data:`RSUS_DETECTORS`), named as the policy benchmark names RSUS rows (``configs/experiments/microworld/bench_microworld_rsus.yaml``):
 
 * ``RSUS[ent]`` — U_ent alone (RSUS with ``rsus_components: [ent]``);
 * ``RSUS[cons]`` — U_cons alone;

@@ -60,7 +60,7 @@ def register(subparsers: Any) -> None:
                                                  "KV reuse; per-call latency of CoT / SingleRAG[1 passage] / "
                                                  "IRCoT[step query, 1 passage, ≤4] / FLARE[unmasked] / learned, "
                                                  "naive vs each of KV reuse, prefetch, compression vs all on")
-    p.add_argument("--train-config", default="configs/train_microworld.yaml",
+    p.add_argument("--train-config", default="configs/experiments/microworld/train_microworld.yaml",
                    help="a training config whose env (reasoner, task, corpus) is measured")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override an env field")
     p.add_argument("--parts", nargs="+", choices=("ttft", "table"), default=["ttft", "table"],

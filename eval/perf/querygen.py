@@ -175,7 +175,7 @@ def _add_mode_head(methods: dict[str, dict[str, Any]], notes: list[str], cfg, mo
     if cfg.world != "microworld":
         notes.append("mode head: only on the micro-world (the RLlib QueryGen policy is trained there)")
     elif not Path(mode_head).exists():
-        notes.append(f"mode head: skipped, {mode_head} does not exist (train it with configs/train_microworld_querygen.yaml)")
+        notes.append(f"mode head: skipped, {mode_head} does not exist (train it with configs/experiments/microworld/train_microworld_querygen.yaml)")
     else:
         t0 = time.perf_counter()
         q, info = mode_head_queries(mode_head, mode_head_config, steps, cfg.splits[1], cfg.artifact)

@@ -12,7 +12,7 @@ is generated. Last, the cache experiment: ``--cache-runners`` runners on one 32-
 (runners on different nodes without a service) vs one :mod:`envs.cache_service` server for all — the hit rate.
 Prints a table, writes JSON and markdown.
 
-    kairos bench service --train-config configs/train_microworld.yaml --runners 1 2 4 --envs 16 --episodes 48
+    kairos bench service --train-config configs/experiments/microworld/train_microworld.yaml --runners 1 2 4 --envs 16 --episodes 48
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("service", help="per-runner reasoners vs a shared reasoner service (episodes/s, batch, RSS)")
-    p.add_argument("--train-config", default="configs/train_microworld.yaml",
+    p.add_argument("--train-config", default="configs/experiments/microworld/train_microworld.yaml",
                    help="the training config whose env (preset + env_config) the runners play")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="env_config override (YAML value), e.g. --set max_steps=4; repeatable")

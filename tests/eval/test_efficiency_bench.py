@@ -11,7 +11,7 @@ pytestmark = pytest.mark.skipif(not (DEFAULT_ARTIFACT / "manifest.json").is_file
 
 
 def _args(tmp_path, **kw):
-    base = dict(train_config="configs/train_microworld.yaml", set=["max_questions=16"], parts=["ttft"], split=None,
+    base = dict(train_config="configs/experiments/microworld/train_microworld.yaml", set=["max_questions=16"], parts=["ttft"], split=None,
                 questions="0:8", max_steps=3, repeats=1, policy=None, flare_threshold=None, calib="0:8", batch=1,
                 out=str(tmp_path))
     return argparse.Namespace(**{**base, **kw})

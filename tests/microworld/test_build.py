@@ -14,7 +14,7 @@ from envs.core.microworld.artifact import ArtifactError, load_artifact
 from envs.core.microworld.config import BuildConfig
 from envs.microworld.build import train_world
 
-TINY = yaml.safe_load((Path(__file__).resolve().parents[2] / "configs" / "microworld_tiny.yaml").read_text())
+TINY = yaml.safe_load((Path(__file__).resolve().parents[2] / "configs" / "experiments" / "microworld" / "microworld_tiny.yaml").read_text())
 
 
 def _weights_hash(world) -> str:

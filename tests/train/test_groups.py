@@ -132,8 +132,8 @@ def test_group_options_load_and_reach_the_algorithm_config():
     from train.reinforce import ReinforceConfig
     from train.run import build_algo_config
 
-    cfg = TrainConfig.from_yaml(REPO / "configs" / "train_microworld_rloo.yaml")
-    main = TrainConfig.from_yaml(REPO / "configs" / "train_microworld_querygen_2modes.yaml")
+    cfg = TrainConfig.from_yaml(REPO / "configs" / "experiments" / "microworld" / "train_microworld_rloo.yaml")
+    main = TrainConfig.from_yaml(REPO / "configs" / "experiments" / "microworld" / "train_microworld_querygen_2modes.yaml")
     assert (cfg.algo.baseline, cfg.algo.group_size) == ("rloo", 4)
     # the main recipe, but for the baseline (and where the run writes)
     diff = {k for k, v in cfg.to_dict().items() if main.to_dict()[k] != v}

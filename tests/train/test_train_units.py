@@ -142,9 +142,9 @@ def test_schedules():
 def test_config_yaml_and_unknown_keys(tmp_path):
     from pathlib import Path
 
-    cfg = TrainConfig.from_yaml(Path(__file__).resolve().parents[2] / "configs" / "train_microworld.yaml")
+    cfg = TrainConfig.from_yaml(Path(__file__).resolve().parents[2] / "configs" / "experiments" / "microworld" / "train_microworld.yaml")
     assert cfg.curriculum["retrieval_calls"].end == 0.1 and cfg.warmstart.enabled
-    old = TrainConfig.from_yaml(Path(__file__).resolve().parents[2] / "configs" / "train_microworld_reinforce_only.yaml")
+    old = TrainConfig.from_yaml(Path(__file__).resolve().parents[2] / "configs" / "experiments" / "microworld" / "train_microworld_reinforce_only.yaml")
     assert old.curriculum["retrieval_calls"].start == 0.5 and not old.warmstart.enabled
     with pytest.raises(ConfigError, match="bogus"):
         TrainConfig.from_dict({"bogus": 1})
