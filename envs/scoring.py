@@ -47,13 +47,20 @@ def _is_punct(ch: str) -> bool:
 
 
 def normalize_answer(text: str) -> str:
-    """SQuAD normalisation: lowercase, drop punctuation (ASCII and Unicode), drop a/an/the, squash spaces.
+    """SQuAD normalisation: Unicode NFKC, lowercase, drop punctuation (ASCII and Unicode), drop a/an/the, squash
+    spaces.
+
+    NFKC (not only NFC) because this normalisation is lossy anyway: a gold answer in decomposed form (NFD: ``e`` +
+    combining accent) equals its composed prediction, and compatibility forms (full-width ``Ｐａｒｉｓ``, ligatures,
+    superscripts) equal their plain letters. Every scoring function reads answers through this one.
 
     Example:
         >>> normalize_answer("  The  U.S. “Army”! ")
         'us army'
+        >>> normalize_answer("Cafe\u0301") == normalize_answer("Caf\u00e9") == "caf\u00e9"
+        True
     """
-    text = "".join(ch for ch in text.lower() if not _is_punct(ch))
+    text = "".join(ch for ch in unicodedata.normalize("NFKC", text).lower() if not _is_punct(ch))
     return " ".join(_ARTICLES.sub(" ", text).split())
 
 
@@ -248,6 +255,8 @@ def extract_choice(text: str, choices: Sequence[str], mode: Mode = "lenient") ->
         True
     """
     _check_mode(mode)
+    # composed Unicode (NFC) on both sides: option texts are also compared as written ("Yes, because ...")
+    text, choices = unicodedata.normalize("NFC", text), [unicodedata.normalize("NFC", c) for c in choices]
     n = len(choices)
     line = _answer_line(text)
     if line is not None:

@@ -76,7 +76,15 @@ class UngradedTask:
         self.set_questions(questions)
 
     def set_questions(self, questions: Iterable[str]) -> None:
-        """Replace the questions (the env reads them when an episode starts)."""
+        """Replace the questions (the env reads them when an episode starts).
+
+        Raises:
+            TypeError: ``questions`` is a single string (not a list of them).
+            ValueError: a question that is not a non-empty string (naming its position).
+        """
+        if isinstance(questions, (str, bytes)):
+            raise TypeError(f"UngradedTask: questions are a list of strings, got a single {type(questions).__name__} "
+                            "(it would be read as one question per character): wrap it in a list")
         out = []
         for i, text in enumerate(questions):
             if not isinstance(text, str) or not text.strip():
@@ -140,7 +148,7 @@ def knowledge_corpus(passages: Any, source: str = "<memory>") -> Corpus:
     ``text`` (or FlashRAG's ``contents``) and optional ``title``.
 
     Raises:
-        ValueError: an empty list, or an item of another kind (naming its position).
+        ValueError: an empty list, a passage without text, or an item of another kind (naming its position).
     """
     if isinstance(passages, Corpus):
         return passages
@@ -159,6 +167,11 @@ def knowledge_corpus(passages: Any, source: str = "<memory>") -> Corpus:
                              "(id, title, text) tuples, Passage objects or {'id', 'text'} mappings")
     if not out:
         raise ValueError("knowledge: no passages (an empty list)")
+    for i, p in enumerate(out):  # the corpus files' rule (envs.core.data.flashrag): a passage needs text
+        if not p.text.strip():
+            title = f", title {p.title[:60]!r}" if p.title.strip() else ""
+            raise ValueError(f"knowledge: passage {i} ('{p.id}'{title}) has no text; every passage needs text to "
+                             "retrieve (a title alone is not a passage)")
     return Corpus.from_passages(out, source=source)
 
 

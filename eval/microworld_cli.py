@@ -39,9 +39,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _build(args) -> int:
     from envs.core.microworld.config import BuildConfig
-    from envs.microworld.build import train_world
+    from envs.core.runlock import FolderLock
 
     cfg = BuildConfig.from_yaml(args.config) if args.config else BuildConfig()  # a bad config fails first
+    with FolderLock(args.out):  # one build per artifact folder (check, train, evaluate, save): a second refuses
+        return _build_locked(args, cfg)
+
+
+def _build_locked(args, cfg) -> int:
+    from envs.microworld.build import train_world
+
     out = Path(args.out)
     if (out / "manifest.json").is_file() and not (args.resume or args.overwrite):
         raise FileExistsError(f"{out} already holds a micro-world artifact; pass --overwrite to rebuild it in place "

@@ -2,13 +2,13 @@
 
 A page marks a generated block with an HTML comment naming its source, and ends it with ``<!-- /table -->``::
 
-    <!-- table: summary runs/bench/budgets/lambda=0.1/summary.json methods=CoT,Entropy[q: dev] -->
+    <!-- table: summary runs/bench/budgets/lambda=0.1/summary.json methods=CoT;Entropy[q: dev] -->
     … (regenerated) …
     <!-- /table -->
 
 Kinds:
 
-* ``summary PATH [methods=A,B,…] [by=ATTR]`` — a benchmark's ``summary.json`` as :mod:`eval.bench.tables`'s table
+* ``summary PATH [methods=A;B;…] [by=ATTR]`` — a benchmark's ``summary.json`` as :mod:`eval.bench.tables`'s table
   (only the named methods when ``methods=`` is given; a breakdown with ``by=``);
 * ``budgets PATH`` — a benchmark at every budget (``budgets.json``): the per-λ table, conditioned − specialist and
   the frontier area (:func:`eval.bench.budgets.budgets_markdown` without its title and figure);
@@ -46,7 +46,7 @@ def render(kind: str, path: str, args: dict[str, str] | None = None) -> str:
     data = json.loads(Path(path).read_text())
     if kind == "summary":
         if args.get("methods"):
-            keep = [m.strip() for m in args["methods"].split(",")]
+            keep = [m.strip() for m in args["methods"].split(";")]  # (names hold commas)
             missing = [m for m in keep if m not in data["methods"]]
             if missing:
                 raise ValueError(f"{path}: no method {missing[0]!r} (methods: {', '.join(data['methods'])})")

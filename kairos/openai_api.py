@@ -9,7 +9,11 @@ server-sent events in OpenAI's ``chat.completion.chunk`` format: a first chunk w
 step (empty ``delta``; the step in ``kairos.step``), the answer as content, a last chunk with ``finish_reason``
 and the whole answer in ``kairos.answer``, then ``data: [DONE]``.
 
-A bad request is an :class:`APIError`: an HTTP 4xx with OpenAI's error body, ``param`` naming the field.
+A bad request is an :class:`APIError`: an HTTP 4xx with OpenAI's error body, ``param`` naming the field. Sampling
+fields are checked as OpenAI checks them (``temperature`` in [0, 2], ``top_p`` in (0, 1], ``max_tokens`` /
+``max_completion_tokens`` >= 1, ``n`` = 1) and then have no effect (the pipeline decodes as configured); fields that
+would change the output and cannot be honoured (``logprobs``, ``stop``, penalties, ``tools`` …) and unknown fields
+are refused, naming the field, never silently ignored.
 
 Example:
     >>> req = parse_chat_request(b'{"model": "kairos", "messages": [{"role": "user", "content": "Who ?"}]}',
@@ -26,6 +30,7 @@ Example:
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -178,7 +183,65 @@ def parse_chat_request(raw: bytes | str, models: Sequence[str], max_question_cha
     n = body.get("n", 1)
     if n is not None and (isinstance(n, bool) or n != 1):
         raise APIError(400, f"'n' = {json.dumps(n)[:40]}: one answer per request (n = 1)", "n", "invalid_value")
+    _check_sampling(body)
     return ChatRequest(model=model, question=question, stream=stream, lam=_budget(body))
+
+
+# ------------------------------------------------------------------------------------- sampling fields
+#: the request fields read above
+_READ = frozenset({"model", "messages", "stream", "n", "kairos"})
+#: OpenAI fields accepted and checked as OpenAI checks them, with no effect on the answer (the pipeline decodes as its
+#: reasoner is configured): ``name: (lowest, lowest allowed, highest, kind)``
+_RANGES: dict[str, tuple[float, bool, float, type]] = {
+    "temperature": (0.0, True, 2.0, float),
+    "top_p": (0.0, False, 1.0, float),  # (0, 1]
+    "max_tokens": (1, True, math.inf, int),
+    "max_completion_tokens": (1, True, math.inf, int),
+}
+#: OpenAI fields accepted as they are (bookkeeping, not sampling)
+_IGNORED = frozenset({"user", "metadata", "store", "stream_options", "service_tier", "seed", "parallel_tool_calls"})
+#: OpenAI fields that change what is generated or returned, which Kairos cannot honour: refused unless absent, null or
+#: their default (``field: defaults``), so a client never believes they were applied
+_UNSUPPORTED: dict[str, tuple[Any, ...]] = {
+    "logprobs": (False,), "top_logprobs": (0,), "presence_penalty": (0,), "frequency_penalty": (0,),
+    "logit_bias": ({},), "stop": ([],), "tools": ([],), "tool_choice": ("none", "auto"),
+    "functions": ([],), "function_call": ("none",), "response_format": ({"type": "text"},), "prediction": (),
+    "audio": (), "modalities": (["text"],), "reasoning_effort": (), "web_search_options": (), "best_of": (1,),
+    "echo": (False,), "suffix": (), "verbosity": (),
+}
+
+
+def _check_sampling(body: dict[str, Any]) -> None:
+    """OpenAI's sampling fields checked as OpenAI checks them (``temperature`` in [0, 2], ``top_p`` in (0, 1],
+    ``max_tokens`` / ``max_completion_tokens`` integers >= 1), the ones Kairos cannot honour refused unless at their
+    default, and unknown fields refused (OpenAI's "Unrecognized request argument"), each naming the field."""
+    for name, value in body.items():
+        if name in _READ or name in _IGNORED or value is None:
+            continue
+        if name in _RANGES:
+            lo, lo_ok, hi, kind = _RANGES[name]
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if kind is int and not (isinstance(value, int) and not isinstance(value, bool)):
+                raise APIError(400, f"'{name}' is an integer, got {json.dumps(value)[:40]}", name, "invalid_type")
+            if not number or not math.isfinite(value):
+                raise APIError(400, f"'{name}' is a number, got {json.dumps(value)[:40]}", name, "invalid_type")
+            if value < lo or (value == lo and not lo_ok):
+                bound = f">= {lo}" if lo_ok else f"> {lo}"
+                raise APIError(400, f"'{name}' = {value}: below its minimum value (expected a value {bound})", name,
+                               f"{'integer' if kind is int else 'decimal'}_below_min_value")
+            if value > hi:
+                raise APIError(400, f"'{name}' = {value}: above its maximum value (expected a value <= {hi:g})", name,
+                               "decimal_above_max_value")
+            continue
+        if name in _UNSUPPORTED:
+            if any(value == d and isinstance(value, bool) == isinstance(d, bool) for d in _UNSUPPORTED[name]):
+                continue  # its default: nothing to honour
+            raise APIError(400, f"'{name}' = {json.dumps(value)[:60]}: not supported by this endpoint (Kairos answers "
+                                "with its pipeline's own decoding, so it would be ignored); leave it out", name,
+                           "unsupported_parameter")
+        raise APIError(400, f"'{name}': unrecognized request argument (a chat completion takes model, messages, "
+                            "stream, n, temperature, top_p, max_tokens and the 'kairos' options)", name,
+                       "unknown_parameter")
 
 
 # ----------------------------------------------------------------------------------------- responses

@@ -190,6 +190,16 @@ BUDGET_COST = "retrieval_calls"
 MAX_BUDGET = 100.0
 
 
+def _question_list(questions: Any, where: str) -> list[str]:
+    """``questions`` as a list; a bare string (read as one question per character) is a :class:`TypeError` naming
+    the call to use."""
+    if isinstance(questions, (str, bytes)):
+        raise TypeError(f"Pipeline.{where}() takes a list of questions, got a single {type(questions).__name__} "
+                        f"(it would be read as one question per character): use answer(question) for one question, "
+                        f"or {where}([question])")
+    return list(questions)
+
+
 def check_budget(lam: Any, where: str) -> float:
     """``lam`` as a budget: a finite number in [0, 100]; else an error naming ``where``.
 
@@ -462,14 +472,27 @@ class Pipeline:
 
     # -------------------------------------------------------------- answering
     def answer(self, question: str, lam: float | None = None) -> Answer:
-        """The answer to one question, with its trace; ``lam``: its budget (a cost-conditioned policy)."""
+        """The answer to one question, with its trace; ``lam``: its budget (a cost-conditioned policy).
+
+        Raises:
+            TypeError: ``question`` is not a string (a list of questions: use :meth:`answer_many`).
+        """
+        if not isinstance(question, str):
+            many = isinstance(question, (list, tuple))
+            raise TypeError(f"Pipeline.answer() takes one question (a string), got {type(question).__name__}"
+                            + ("; for a list of questions use answer_many(questions)" if many else ""))
         return self.answer_many([question], lam=lam)[0]
 
     def answer_many(self, questions: Iterable[str], lam: float | list[float | None] | None = None) -> list[Answer]:
         """Answers to many questions, in order — ``batch_size`` at a time through the env's batched loop. ``lam``:
-        the budget of every question, or one per question (``None``: the pipeline's)."""
+        the budget of every question, or one per question (``None``: the pipeline's).
+
+        Raises:
+            TypeError: ``questions`` is a single string (it would be read as one question per character): use
+                :meth:`answer` for one question.
+        """
         out: dict[int, Answer] = {}
-        for i, _, ans in self._run(questions, lam):
+        for i, _, ans in self._run(questions, lam, "answer_many"):
             if ans is not None:
                 out[i] = ans
         return [out[i] for i in sorted(out)]
@@ -478,19 +501,28 @@ class Pipeline:
                ) -> Iterator[dict[str, Any]]:
         """The trace as it is made, as JSON-ready events: ``{"event": "step", "question_index", "question_id",
         "step": TraceStep.to_dict()}`` after each decision, and ``{"event": "answer", "question_index", "answer":
-        Answer.to_dict()}`` when a question is done (what a server streams). ``lam`` as in :meth:`answer_many`."""
-        for i, step, ans in self._run(questions, lam):
+        Answer.to_dict()}`` when a question is done (what a server streams). ``lam`` as in :meth:`answer_many`.
+
+        Raises:
+            TypeError: ``questions`` is a single string: wrap one question in a list (``stream([question])``).
+        """
+        questions = _question_list(questions, "stream")  # refused at the call, not at the first next()
+        return self._events(questions, lam)
+
+    def _events(self, questions: list[str], lam: float | list[float | None] | None) -> Iterator[dict[str, Any]]:
+        for i, step, ans in self._run(questions, lam, "stream"):
             yield {"event": "step", "question_index": i, "question_id": self.task.questions[i].id,
                    "step": step.to_dict()}
             if ans is not None:
                 yield {"event": "answer", "question_index": i, "answer": ans.to_dict()}
 
-    def _run(self, questions: Iterable[str], lam: float | list[float | None] | None = None
+    def _run(self, questions: Iterable[str], lam: float | list[float | None] | None = None, where: str = "answer_many"
              ) -> Iterator[tuple[int, TraceStep, Answer | None]]:
-        """``(question index, step, answer when the question is done)`` per decision, from the shared loop."""
+        """``(question index, step, answer when the question is done)`` per decision, from the shared loop (every
+        public method answering questions passes here: a bare string is refused, naming the call to use)."""
         from envs.rollout import run_episodes
 
-        questions = list(questions)
+        questions = _question_list(questions, where)
         weights = self._weights(len(questions), lam, "Pipeline.answer(lam=…)")  # checked before any work
         self.task.set_questions(questions)
         n = len(self.task.questions)

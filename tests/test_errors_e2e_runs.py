@@ -256,7 +256,7 @@ def test_quickstart_refuses_to_resume_a_policy_trained_on_another_proxy(tmp_path
     (out / "train" / "checkpoints" / "checkpoint_000001").mkdir(parents=True)
     (out / MARKER).write_text("{}\n")
     r = _run(["eval", "quickstart", "--out", str(out)])
-    _one_line_error(r, f"the U_verb proxy in {out / 'probes' / 'rsus_proxy'} was trained with another config (or "
+    _one_line_error(r, f"the U_verb proxy in {out / 'probes' / 'rsus_proxy'} was made with another config (or "
                     "not finished)", f"remove {out / 'train'} and {out / 'bench'}", "(train/checkpoints)")
     assert not (out / "microworld_eval.json").exists() and not (out / "probes").exists()
 

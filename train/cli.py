@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     try:
         return run(args)
-    except (ValueError, FileNotFoundError, FileExistsError, KeyError) as e:  # incl. train.run.RemoteWorkerError
+    except (ValueError, FileNotFoundError, FileExistsError, KeyError) as e:  # incl. train.cluster.RemoteWorkerError
         logging.getLogger("train").debug("error", exc_info=True)
         print(f"python -m train: error: {e}", file=sys.stderr)
         return 2

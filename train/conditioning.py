@@ -9,7 +9,7 @@ benchmark evaluates one trained policy at every λ of a grid, and ``kairos answe
 
 The warm start needs no new episodes: a counterfactual label is ``ΔR = R(retrieve here) − R(accept here)`` with
 ``R = quality − Σ_c λ_c·cost_c``, and each branch's quality and raw costs are recorded
-(:data:`train.warmstart.OUTCOME_KEYS`), so the labels at any λ are arithmetic (:func:`labels_at`). The fit draws a
+(:data:`train.counterfactual.OUTCOME_KEYS`), so the labels at any λ are arithmetic (:func:`labels_at`). The fit draws a
 fresh λ per decision every epoch (:class:`CostSampler`) and validates on one fixed draw.
 
 Example:
@@ -33,7 +33,8 @@ from envs.core.config import ConfigError
 def labels_at(data: dict[str, Any], weights: np.ndarray) -> dict[str, np.ndarray]:
     """The counterfactual labels of every decision at its own λ: ``weights`` [N, C] (one row per decision, columns
     in ``data["cost_names"]`` order). Returns ``delta_modes`` [N, M], ``delta``, ``y``, ``w`` (as
-    :func:`train.warmstart.counterfactual_labels` makes them at one λ) and ``base_reward`` (π₀'s episode reward)."""
+    :func:`train.counterfactual.counterfactual_labels` makes them at one λ) and ``base_reward`` (π₀'s episode
+    reward)."""
     w = np.asarray(weights, dtype=np.float64)
     r_accept = data["q_accept"] - (data["c_accept"] * w).sum(-1)
     r_modes = data["q_modes"] - (data["c_modes"] * w[:, None, :]).sum(-1)

@@ -17,7 +17,7 @@ the oracle's continuation it is AggreVaTe (Ross & Bagnell 2014). Top to bottom, 
    ``|max_m Q*(s, retrieve m) − Q*(s, accept)|``; with QueryGen actions the mode head's target is the best mode,
    weighted by the spread of the modes' values (``delta_modes``: the same label format as the counterfactual warm
    start, so the same fit reads it). A decision where the retrieval caps leave only accept is not a choice: skipped;
-3. fit the policy on the labels of every round so far (:func:`train.warmstart.fit_policy`: the same network, fit and
+3. fit the policy on the labels of every round so far (:func:`train.policy_fit.fit_policy`: the same network, fit and
    epoch selection as the counterfactual warm start; its validation gain is then the gain over accepting at each
    labelled state under the oracle's continuation) and export it (``dagger/round_<r>/policy``).
 
@@ -91,7 +91,7 @@ def rollout_policy(cfg: EnvConfig, opts: WarmStartOptions, policy: str | None):
     ``policy``, greedy."""
     from policies.rl.export import LearnedTrigger
     from policies.triggers import FixedModeTrigger
-    from train.warmstart import behavior_trigger
+    from train.counterfactual import behavior_trigger
 
     if policy is not None:
         return LearnedTrigger.load(policy, querygen=bool(cfg.querygen))
@@ -152,7 +152,7 @@ def dagger_round(cfg, questions: list[int], opts: WarmStartOptions, policy: str 
 
 
 def label_arrays(rows: list[tuple], querygen: bool, n_modes: int) -> dict[str, Any]:
-    """The labelled rows of a round as the arrays :func:`train.warmstart.fit_policy` reads (plus what they came
+    """The labelled rows of a round as the arrays :func:`train.policy_fit.fit_policy` reads (plus what they came
     from: the state keys, the oracle's and the rollout's actions); ``n_modes``: the retrieve actions per state."""
     fields = list(rows[0][0][2]) if rows else []
     dm = np.array([[v - sv.values[0] for v in sv.values[1:]] for _, sv in rows], dtype=np.float64).reshape(
@@ -201,7 +201,7 @@ def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
 def run_round(cfg: EnvConfig, questions: list[int], opts: WarmStartOptions, policy: str | None, known: set[str],
               lam: float, comps, progress: bool, label: bool = True) -> dict[str, Any]:
     """:func:`dagger_round` over ``opts.workers`` processes (contiguous shards), or here with one."""
-    from train.warmstart import contiguous_shards, map_shards
+    from train.shards import contiguous_shards, map_shards
 
     n = min(opts.workers, len(questions))
     if n <= 1:
@@ -231,7 +231,7 @@ def run_dagger(cfg: EnvConfig, opts: WarmStartOptions, out: Path, model_config: 
     from envs.retrieval_env import RetrievalTimingEnv
     from policies.rl.export import export_policy, load_policy
     from policies.rl.module import spec_from_spaces
-    from train.warmstart import fit_policy
+    from train.policy_fit import fit_policy
 
     t0 = time.perf_counter()
     cfg = cfg.replace(costs={**cfg.costs, "retrieval_calls": lam}, max_questions=None)

@@ -2,7 +2,7 @@
 
 ``env_config["_env"]`` picks the env: a preset — ``microworld`` (``kairos/MicroWorld-v0``) or ``hotpotqa``
 (``kairos/HotpotQA-v0``, SmolLM2-135M) — whose :class:`~envs.env_config.EnvConfig` the driver built (the preset
-applied there, :func:`train.run.runner_env_config`) and sent as ``to_dict()``; it is rebuilt here and vectorised
+applied there, :func:`train.algo_config.runner_env_config`) and sent as ``to_dict()``; it is rebuilt here and vectorised
 with :func:`envs.vector.make_batched`, which batches generation across copies and shares one model and cache; or
 ``package.module:factory`` (``factory(config) -> gym.Env``; vectorised with ``SyncVectorEnv``).
 RLlib passes ``num_envs`` in the context when it wants a vector env (``gym_env_vectorize_mode=

@@ -60,7 +60,8 @@ def fit_rsus(cfg: RSUSFitConfig, progress: bool = True) -> dict[str, Any]:
     import numpy as np
 
     from agents.signals.rsus import PAPER_WEIGHTS, fit_weights, rsus_correlation, save_rsus_weights
-    from train.warmstart import WarmStartOptions, counterfactual_labels
+    from train.counterfactual import counterfactual_labels
+    from train.warmstart import WarmStartOptions
 
     env = cfg.env
     a, b = (int(x) for x in cfg.questions.split(":"))

@@ -1,18 +1,17 @@
 """The training run: config → Ray → REINFORCE → checkpoints, TensorBoard, metrics, exported policy.
 
-Read top to bottom: :func:`build_algo_config` turns a :class:`TrainConfig` into a :class:`ReinforceConfig`;
-:func:`train` starts Ray if needed, restores the newest checkpoint with ``resume=True``, loops
-``algo.train()`` until ``cfg.iterations``, logging each iteration (TensorBoard events written here with
-``torch.utils.tensorboard`` — plain ``algo.train()`` writes none — plus ``metrics.jsonl`` and a terminal
-line), saves checkpoints atomically (``save_to_path`` into a temp dir, then ``rename``) and finally exports
-the policy (:func:`policies.rl.export.export_policy`).
+Read top to bottom: :func:`train.algo_config.build_algo_config` turns a :class:`TrainConfig` into a
+:class:`ReinforceConfig`; :func:`train` starts Ray if needed (:mod:`train.cluster`), restores the newest checkpoint
+with ``resume=True``, loops ``algo.train()`` until ``cfg.iterations``, logging each iteration (TensorBoard events
+written here with ``torch.utils.tensorboard`` — plain ``algo.train()`` writes none — plus ``metrics.jsonl`` and a
+terminal line: :mod:`train.metrics`), saves checkpoints atomically (``save_to_path`` into a temp dir, then
+``rename``) and finally exports the policy (:func:`policies.rl.export.export_policy`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import time
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 from envs.core.config import ConfigError
 from envs.core.io import append_line, make_dir, write_json, writing
 from envs.core.runlock import FolderLock
+from train.algo_config import build_algo_config, build_model_config, runner_env_config  # noqa: F401  (re-exported)
 from train.checkpoints import (  # noqa: F401  (re-exported: the resume helpers' old home)
     CKPT_PREFIX,
     last_metrics,
@@ -31,182 +31,18 @@ from train.checkpoints import (  # noqa: F401  (re-exported: the resume helpers'
     save_checkpoint,
     trim_metrics,
 )
+from train.cluster import (  # noqa: F401  (re-exported: the Ray helpers' old home)
+    RemoteWorkerError,
+    check_cluster,
+    init_ray,
+    probe_env_in_worker,
+    remote_error,
+)
 from train.config import TrainConfig, resume_changes
+from train.metrics import iteration_metrics, progress_line
 from train.services import placement, start_services, stop_services
 
 log = logging.getLogger(__name__)
-
-REPO = Path(__file__).resolve().parents[1]
-ENV_NAME = "kairos_train_env"  # registered with ray.tune to train.env_factory.make_env
-
-
-# ---------------------------------------------------------------- config
-def runner_env_config(cfg: TrainConfig, services: dict | None = None) -> dict[str, Any]:
-    """What every EnvRunner's env factory gets (:func:`train.env_factory.make_env`): the run's env config as it
-    crosses the process boundary (``to_dict()``; a preset's already applied here, on the driver), the env to build
-    (``_env``) and the specs of the running ``services``."""
-    return {**cfg.env_config.to_dict(), "_env": cfg.env, **(services or {})}
-
-
-def build_algo_config(cfg: TrainConfig, services: dict | None = None):
-    """The :class:`train.reinforce.ReinforceConfig` of a run (``services``: env-config keys naming running
-    services the EnvRunners' envs connect to — ``reasoner_service``, ``retriever_service``, ``cache_service``)."""
-    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
-    from ray.tune.registry import register_env
-
-    from policies.rl.module import KairosRLModule
-    from train.env_factory import make_env
-    from train.reinforce import KairosMetricsCallback, ReinforceConfig
-
-    a = cfg.algo
-    register_env(ENV_NAME, make_env)
-    model_config = build_model_config(cfg)
-    return (
-        ReinforceConfig()
-        .environment(env=ENV_NAME, env_config=runner_env_config(cfg, services))
-        .env_runners(num_env_runners=cfg.num_env_runners, num_envs_per_env_runner=cfg.num_envs_per_env_runner,
-                     gym_env_vectorize_mode="vector_entry_point", batch_mode="complete_episodes",
-                     num_cpus_per_env_runner=1, num_gpus_per_env_runner=cfg.num_gpus_per_env_runner,
-                     rollout_fragment_length="auto")
-        .learners(num_learners=0)
-        .rl_module(rl_module_spec=RLModuleSpec(module_class=KairosRLModule, model_config=model_config))
-        .training(lr=a.lr, grad_clip=a.grad_clip, grad_clip_by="global_norm", gamma=1.0,
-                  num_episodes_per_train_batch=a.episodes_per_batch, baseline=a.baseline,
-                  normalize_advantages=a.normalize_advantages, entropy_coeff=a.entropy_coeff,
-                  vf_loss_coeff=a.vf_loss_coeff, floor_coeff=a.floor_coeff, group_size=a.group_size,
-                  curriculum={k: s.to_dict() for k, s in cfg.curriculum.items()})
-        .callbacks(KairosMetricsCallback)
-        .debugging(seed=cfg.seed, log_level="WARN")
-        .reporting(metrics_num_episodes_for_smoothing=a.episodes_per_batch)
-    )
-
-
-def init_ray(cfg: TrainConfig) -> bool:
-    """Start (or join) Ray; returns True when this call started it. Inside ``ray job submit`` it joins the
-    job's cluster (``RAY_ADDRESS`` is set); otherwise it starts its own local instance with ``cfg.num_cpus`` (even
-    when another cluster runs on the machine) and puts the repo on the workers' ``PYTHONPATH``."""
-    import ray
-
-    if ray.is_initialized():
-        return False
-    if os.environ.get("RAY_ADDRESS"):
-        ray.init(log_to_driver=False)
-    else:
-        path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
-        # address="local": always a new private instance — never silently join another Ray cluster running on this
-        # machine (joining happens only when RAY_ADDRESS says so, as inside `ray job submit`)
-        ray.init(address="local", num_cpus=cfg.num_cpus, include_dashboard=False, log_to_driver=False,
-                 runtime_env={"env_vars": {"PYTHONPATH": path, "OMP_NUM_THREADS": "1"}})
-    return True
-
-
-def check_cluster(cfg: TrainConfig) -> None:
-    """Every Ray resource request of the run — the EnvRunners (``num_env_runners`` × 1 CPU +
-    ``num_gpus_per_env_runner``), the reasoner and retriever services' replicas (``num_cpus``, ``num_gpus``,
-    ``resources``) — against the running cluster's nodes (:func:`envs.serving.check_requests`): one that no node can
-    ever hold is a :class:`~envs.serving.ResourceRequestError` naming the key and what the nodes offer."""
-    from envs.serving import check_requests, ray_request
-
-    reqs = []
-    if cfg.num_env_runners > 0:
-        reqs.append((f"num_env_runners / num_gpus_per_env_runner (each of {cfg.num_env_runners} EnvRunners)",
-                     ray_request({"num_cpus": 1, "num_gpus": cfg.num_gpus_per_env_runner}), cfg.num_env_runners))
-    for key in ("reasoner_service", "retriever_service"):
-        svc = getattr(cfg, key)
-        if svc is not None:
-            reqs.append((f"{key} (each of {svc.replicas} replicas)",
-                         ray_request({"num_cpus": svc.num_cpus, "num_gpus": getattr(svc, "num_gpus", 0.0),
-                                      "resources": svc.resources}), svc.replicas))
-    check_requests(reqs)
-
-
-class RemoteWorkerError(ValueError):
-    """An EnvRunner (a Ray actor) failed: the message is the worker's own exception, not Ray's traceback (a
-    ValueError, so every CLI prints it as its one error line)."""
-
-
-def remote_error(e: BaseException) -> BaseException:
-    """The error to show for an exception raised through Ray: the innermost user exception a remote worker raised
-    (Ray wraps it in ``RayTaskError`` / ``RayActorError`` / ``ActorDiedError``, RLlib in more layers), as a
-    :class:`RemoteWorkerError` naming its type and message; ``e`` itself when it did not come from a worker."""
-    seen, inner, cur = set(), None, e
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        mod = type(cur).__module__
-        if not mod.startswith("ray."):
-            inner = cur
-        nxt = getattr(cur, "cause", None)
-        if not isinstance(nxt, BaseException):
-            nxt = cur.__cause__ or cur.__context__
-        cur = nxt
-    if inner is not None and inner is not e:
-        return RemoteWorkerError(f"an EnvRunner failed: {type(inner).__name__}: {inner}")
-    if type(e).__module__.startswith("ray.") and str(e).strip():  # only the remote traceback's text: its last line
-        return RemoteWorkerError(f"an EnvRunner failed: {str(e).strip().splitlines()[-1]}")
-    return e
-
-
-def probe_env_in_worker(cfg: TrainConfig) -> RemoteWorkerError | None:
-    """Build the run's env once in a Ray worker, as an EnvRunner would; its exception as a
-    :class:`RemoteWorkerError` (``None`` when the env builds there)."""
-    import ray
-
-    from train.env_factory import make_env
-
-    def build(ctx):
-        env = make_env(ctx)
-        env.close()
-
-    ctx = runner_env_config(cfg)
-    try:
-        ray.get(ray.remote(num_cpus=0)(build).remote(ctx), timeout=600)
-    except Exception as e:  # noqa: BLE001 - whatever the worker raised is what the user must see
-        err = remote_error(e)
-        return err if isinstance(err, RemoteWorkerError) else RemoteWorkerError(f"an EnvRunner failed: {e}")
-    return None
-
-
-# ---------------------------------------------------------------- metrics
-def _get(d: dict, *path: str, default: float | None = None):
-    for p in path:
-        if not isinstance(d, dict) or p not in d:
-            return default
-        d = d[p]
-    return d
-
-
-def iteration_metrics(result: dict[str, Any]) -> dict[str, float]:
-    """The flat per-iteration metrics we log (answer quality, retrievals, costs and λ, losses, entropy)."""
-    from ray.rllib.core import DEFAULT_MODULE_ID
-
-    env = result.get("env_runners", {}) or {}
-    learner = _get(result, "learners", DEFAULT_MODULE_ID, default={}) or {}
-    out: dict[str, float] = {
-        "episode_return": env.get("episode_return_mean"),
-        "episode_len": env.get("episode_len_mean"),
-        "episodes": env.get("num_episodes"),
-        "quality": env.get("quality"),
-        "retrievals_per_episode": env.get("retrievals"),
-    }
-    for k, v in env.items():
-        if k.startswith(("cost_", "lambda_")):
-            out[k] = v
-    for k, v in (result.get("curriculum") or {}).items():
-        out[f"curriculum_{k}"] = v
-    for k in ("total_loss", "policy_loss", "vf_loss", "floor_loss", "entropy", "retrieve_prob", "return_to_go_mean",
-              "gradients_default_optimizer_global_norm"):
-        if k in learner:
-            out[k] = learner[k]
-    out["env_steps_lifetime"] = env.get("num_env_steps_sampled_lifetime")
-    return {k: float(v) for k, v in out.items() if isinstance(v, (int, float))}
-
-
-def progress_line(it: int, total: int, m: dict[str, float], secs: float) -> str:
-    lam = m.get("curriculum_lambda_retrieval_calls", m.get("lambda_retrieval_calls", float("nan")))
-    return (f"[{it:>4}/{total}] return {m.get('episode_return', float('nan')):+.3f}  "
-            f"quality {m.get('quality', float('nan')):.3f}  retr/ep {m.get('retrievals_per_episode', float('nan')):.2f}  "
-            f"λ {lam:.3f}  H {m.get('entropy', float('nan')):.3f}  p(retr) {m.get('retrieve_prob', float('nan')):.3f}  "
-            f"loss {m.get('total_loss', float('nan')):+.3f}  {secs:.1f}s")
 
 
 # ---------------------------------------------------------------- export
@@ -273,25 +109,6 @@ def policy_env_config(cfg: TrainConfig) -> dict[str, Any] | None:
     from envs.env_config import EnvConfig
 
     return cfg.env_config.to_dict() if isinstance(cfg.env_config, EnvConfig) else None
-
-
-def build_model_config(cfg: TrainConfig) -> dict[str, Any]:
-    """The RLModule's ``model_config`` of a run."""
-    m = cfg.model
-    return {"arch": m.arch, "d_model": m.d_model, "n_layers": m.n_layers, "n_heads": m.n_heads,
-            "ff_dim": m.ff_dim, "normalize": m.normalize,
-            "explore_floor": m.explore_floor, "explore_mix": m.explore_mix, "freeze": list(m.freeze),
-            "drop_fields": list(m.drop_fields), "content_dim": m.content_dim,
-            "query_modes": _query_modes(cfg)}
-
-
-def _query_modes(cfg: TrainConfig) -> list[str]:
-    """The env's query modes (the names of the query head's outputs): a preset env's ``query_modes`` — its default
-    too — or a custom factory's ``query_modes`` setting ([] without one)."""
-    from envs.env_config import EnvConfig
-
-    env = cfg.env_config
-    return list(env.query_modes) if isinstance(env, EnvConfig) else list(env.to_dict().get("query_modes", []))
 
 
 # ---------------------------------------------------------------- the run

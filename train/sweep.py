@@ -71,7 +71,7 @@ def _sweep(cfg: TrainConfig) -> dict[str, Any]:
     import ray
     from ray import tune
 
-    from train.run import init_ray
+    from train.cluster import init_ray
 
     started = init_ray(cfg)
     trials = trial_configs(cfg)

@@ -127,15 +127,26 @@ class OpenAIState:
 ANSWER_PROMPT = "Answer:"
 
 
+def _exp(x: float) -> float:
+    """``math.exp`` that gives ``inf`` instead of raising on a huge (out-of-range) log-probability."""
+    return math.inf if x > 700.0 else math.exp(x)  # NaN stays NaN
+
+
 def _token_signals(tokens: list[str], lps: list[float], tops: list[dict[str, float] | None]):
-    """Per-token logprob, maxprob and truncated entropy from the returned logprobs."""
+    """Per-token logprob, maxprob and truncated entropy from the returned logprobs. Values as the server sent them:
+    a positive log-probability or NaN gives out-of-range arrays, which the signal extractor masks with a warning
+    (:func:`agents.signals.extractor.token_array_problem`), never crashes here."""
     lp = np.asarray(lps, dtype=np.float32)
     mp, ent = [], []
     for chosen, top in zip(lps, tops):
         vals = list(top.values()) if top else []
-        mp.append(math.exp(max(vals + [chosen])))
+        if any(math.isnan(v) for v in vals):  # max() and the sums below would drop a NaN silently
+            mp.append(math.nan)
+            ent.append(math.nan)
+            continue
+        mp.append(_exp(max(vals + [chosen])))
         if vals:
-            ps = [math.exp(v) for v in vals]
+            ps = [_exp(v) for v in vals]
             rest = max(0.0, 1.0 - sum(ps))
             ent.append(-sum(p * math.log(p) for p in ps if p > 0) - (rest * math.log(rest) if rest > 0 else 0.0))
     entropies = np.asarray(ent, dtype=np.float32) if len(ent) == len(lps) else None
@@ -327,7 +338,8 @@ class OpenAIReasoner:
             return toks, lps, tops
         toks = list(lp.get("tokens") or [])
         lps = [float(x) for x in lp.get("token_logprobs") or []]
-        tops = [dict(t) if t else None for t in (lp.get("top_logprobs") or [None] * len(toks))]
+        tops = [{str(k): float(v) for k, v in t.items()} if t else None
+                for t in (lp.get("top_logprobs") or [None] * len(toks))]
         if len(lps) != len(toks) or len(tops) != len(toks) or not all(isinstance(t, str) for t in toks):
             raise ValueError(f"{len(toks)} tokens, {len(lps)} logprobs, {len(tops)} top-logprob entries")
         return toks, lps, tops

@@ -3,8 +3,10 @@
 Tokenisation (the same function for passages and queries, see :func:`bm25_tokenize`):
 
 1. the passage is ``title + " " + text`` (``include_title``); queries are used as given;
-2. Unicode case-folding, then ``\\w+`` word runs (apostrophes and hyphens split words: ``Mira's`` ->
-   ``mira``, ``s``);
+2. Unicode NFKC, then case-folding, then ``\\w+`` word runs (apostrophes and hyphens split words: ``Mira's`` ->
+   ``mira``, ``s``); NFKC (not only NFC: tokens are case-folded and stripped of punctuation anyway) makes a
+   decomposed query (NFD: ``e`` + combining accent, as macOS file names and some PDFs give) find a composed
+   passage and vice versa, and full-width letters or ligatures find their plain forms;
 3. single letters are dropped (``'s`` leftovers, initials); single digits are kept;
 4. Lucene's 33-word English stop list (``bm25s.stopwords.STOPWORDS_EN``, what Lucene/Pyserini's English
    analyzer uses) is removed -- small on purpose, so question words ("who", "what") and relation words stay;
@@ -29,6 +31,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +41,7 @@ import numpy as np
 
 from agents.retrievers.base import CorpusRetrieverBase, IndexCorruptError, RetrievedPassage
 from envs.core.config import ConfigBase, ConfigError, helpf
+from envs.core.data.errors import CorpusError
 from envs.core.data.types import Corpus
 
 log = logging.getLogger(__name__)
@@ -73,7 +77,7 @@ class _Tokenizer:
 
     def __call__(self, text: str) -> list[str]:
         out = []
-        for w in _WORD.findall(text.casefold()):
+        for w in _WORD.findall(unicodedata.normalize("NFKC", text).casefold()):
             if (len(w) == 1 and not w.isdigit()) or w in self.stop:
                 continue
             s = self._memo.get(w)
@@ -129,12 +133,19 @@ class BM25Retriever(CorpusRetrieverBase):
     @classmethod
     def build(cls, corpus: Corpus, config: BM25Config | None = None, out_dir: str | Path | None = None,
               index_id: str = "") -> BM25Retriever:
-        """Index ``corpus`` (and save under ``out_dir`` when given)."""
+        """Index ``corpus`` (and save under ``out_dir`` when given).
+
+        Raises:
+            CorpusError: No passage has an indexable token (an all-empty corpus), naming the corpus.
+        """
         import bm25s
 
         cfg = config or BM25Config()
         tok = _Tokenizer(cfg)
         docs = [tok(passage_text(p.title, p.text, cfg.include_title)) for p in corpus]
+        if not any(docs):  # bm25s would fail on an empty vocabulary ("max() arg is an empty sequence")
+            raise CorpusError(f"{corpus.source}: none of its {len(docs)} passages has a word BM25 can index (each "
+                              "is empty, or only stop words and single letters): give passages with text")
         model = bm25s.BM25(k1=cfg.k1, b=cfg.b, method=cfg.method, backend="numpy")
         model.index(docs, show_progress=False)
         self = cls(corpus, model, cfg, index_id)

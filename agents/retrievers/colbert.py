@@ -35,6 +35,7 @@ import io
 import logging
 import pickle
 import shutil
+import unicodedata
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -163,8 +164,8 @@ def _quiet_fd1() -> Iterator[None]:
 
 
 def passage_text(title: str, text: str, include_title: bool = True) -> str:
-    """What ColBERT indexes for a passage."""
-    return f"{title} | {text}" if include_title and title else text
+    """What ColBERT indexes for a passage (Unicode NFC, as queries are encoded: see :meth:`ColBERTRetriever.encode`)."""
+    return unicodedata.normalize("NFC", f"{title} | {text}" if include_title and title else text)
 
 
 def _effective(k: int, cfg: ColBERTIndexConfig) -> tuple[int, float, int]:
@@ -282,11 +283,13 @@ class ColBERTRetriever(CorpusRetrieverBase):
 
     # ------------------------------------------------------------------ search
     def encode(self, queries: Sequence[str]) -> Any:
-        """Query embeddings ``(n, query_maxlen, dim)`` (one batched forward pass)."""
+        """Query embeddings ``(n, query_maxlen, dim)`` (one batched forward pass). Queries are put in Unicode NFC
+        first, as passages are (:func:`passage_text`): a decomposed query (NFD) meets a composed passage. NFC, not
+        NFKC: the model's own tokenizer decides what else is the same text."""
         import torch
 
         with torch.inference_mode(), quiet_colbert():
-            return self.searcher.encode(list(queries))
+            return self.searcher.encode([unicodedata.normalize("NFC", q) for q in queries])
 
     def search(self, queries: Sequence[str], k: int = 10) -> list[list[RetrievedPassage]]:
         """Top-``k`` per query: queries are encoded in one batch, then PLAID searches each."""

@@ -233,7 +233,19 @@ def _batches(triples: list[tuple[str, str, str]], bsize: int, n: int, rng: rando
 
 
 def train_colbert(cfg: ColBERTTrainConfig, progress: bool = True) -> dict[str, Any]:
-    """Mine triples, train, save the checkpoint and ``kairos_train.json`` in ``cfg.out``; returns the report."""
+    """Mine triples, train, save the checkpoint and ``kairos_train.json`` in ``cfg.out``; returns the report.
+
+    Raises:
+        FolderBusyError: Another run holds ``cfg.out``'s lock (:class:`envs.core.runlock.FolderLock`).
+    """
+    from envs.core.runlock import FolderLock
+
+    with FolderLock(cfg.out):  # one training per checkpoint folder; a second refuses at once, naming the first
+        return _train_colbert(cfg, progress)
+
+
+def _train_colbert(cfg: ColBERTTrainConfig, progress: bool) -> dict[str, Any]:
+    """:func:`train_colbert` under the folder's lock."""
     import torch
 
     from agents.retrievers.bm25 import BM25Config, BM25Retriever

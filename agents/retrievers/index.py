@@ -136,11 +136,22 @@ def build_index(kind: str, corpus: Corpus, out: str | Path, config: ConfigBase |
 
     Raises:
         FileExistsError: ``out`` holds an index and ``overwrite`` is false.
+        FolderBusyError: Another build (or any Kairos run) holds ``out``'s lock
+            (:class:`envs.core.runlock.FolderLock`): two builds into one folder would leave one index of the two
+            corpora's files, both reporting success.
         IndexCorruptError: The freshly built index fails the probe (a broken checkpoint, for instance).
     """
+    from envs.core.runlock import FolderLock
+
     cls = retriever_class(kind)
     cfg = config if isinstance(config, ConfigBase) else cls.config_class.from_dict(config or {})
-    out = Path(out)
+    with FolderLock(out):  # one build per index folder; the second refuses at once, naming the first
+        return _build_index(cls, kind, corpus, Path(out), cfg, corpus_spec, overwrite, probe_n, probe_k)
+
+
+def _build_index(cls: type, kind: str, corpus: Corpus, out: Path, cfg: ConfigBase, corpus_spec: str | None,
+                 overwrite: bool, probe_n: int, probe_k: int) -> dict[str, Any]:
+    """:func:`build_index` under the folder's lock."""
     manifest_path = out / MANIFEST
     if manifest_path.exists() and not overwrite:
         raise FileExistsError(f"{out} already holds an index (pass --overwrite / overwrite=True to replace it)")

@@ -199,8 +199,11 @@ class BM25Scores:
         self.stopwords = stopwords
         self.n = len(corpus)
         self.retriever = bm25s.BM25(k1=k1, b=b)
-        self.retriever.index(bm25s.tokenize(list(corpus), stopwords=stopwords, show_progress=False),
-                             show_progress=False)
+        tokens = bm25s.tokenize(list(corpus), stopwords=stopwords, show_progress=False)
+        if not any(len(ids) for ids in tokens.ids):  # bm25s would fail: "max() arg is an empty sequence"
+            raise ValueError(f"RSUS entity uncertainty (U_ent): none of the corpus's {self.n} passages has a word "
+                             "BM25 can index (each is empty, or only stop words): give passages with text")
+        self.retriever.index(tokens, show_progress=False)
         self._memo: dict[tuple[str, int], np.ndarray] = {}
 
     def __len__(self) -> int:

@@ -1,5 +1,6 @@
 """One run per output folder: the lock every command that writes a run's folder takes first (``kairos train`` /
-``python -m train``, ``kairos bench …``, ``kairos quickstart``).
+``python -m train``, ``kairos bench …``, ``kairos quickstart``, ``kairos index build``, ``kairos retriever
+train-colbert``, ``kairos microworld build``, ``kairos train querygen``).
 
 The lock is an ``flock`` on ``<folder>/.kairos-lock``, a small JSON file naming its holder (pid, host, command,
 start time). The kernel releases an ``flock`` when its process dies, however it dies (``kill -9``, a container

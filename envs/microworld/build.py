@@ -67,7 +67,19 @@ def train_world(cfg: BuildConfig, out_dir: str | Path, resume: bool = False, max
         resume: continue from ``out_dir/checkpoint.pt`` if it exists.
         max_steps: stop after this many optimiser steps (tests); ``None`` = the full token budget.
         progress: show a rich progress bar.
+
+    Raises:
+        FolderBusyError: Another run holds ``out_dir``'s lock (:class:`envs.core.runlock.FolderLock`; re-entrant, so
+            ``kairos microworld build``, which locks the folder for the whole build, may call this).
     """
+    from envs.core.runlock import FolderLock
+
+    with FolderLock(out_dir):  # one build per artifact folder: two would interleave checkpoint.pt and the files
+        return _train_world(cfg, Path(out_dir), resume, max_steps, progress)
+
+
+def _train_world(cfg: BuildConfig, out_dir: Path, resume: bool, max_steps: int | None, progress: bool) -> MicroWorld:
+    """:func:`train_world` under the folder's lock."""
     from agents.reasoners.microlm import build_model, n_params
     from envs.core.microworld.tokenizer import WordTokenizer
 

@@ -58,15 +58,16 @@ def _per_lambda(cfg, lam: float, pinned: dict[str, str], curves: bool):
 
 
 def select_over_budgets(cfg) -> tuple[dict[str, str], dict[str, Any]]:
-    """Each conditioned learned row with ``select_on_dev``: its snapshots on dev at every λ (the per-λ folders'
-    per-question files, resumable), the one with the best mean dev reward kept. Returns ``(pinned paths,
-    the selection record)``."""
+    """Each conditioned learned row (told each λ: no ``lam`` label) with ``select_on_dev``: its snapshots on dev at
+    every λ (the per-λ folders' per-question files, resumable), the one with the best mean dev reward kept. Returns
+    ``(pinned paths, the selection record)``."""
     from eval.bench.calibration import snapshot_candidates
     from eval.bench.config import parse_slice
     from eval.bench.methods import tag
     from eval.bench.runner import Runner
 
-    rows = [m for m in cfg.methods if m.kind == "learned" and m.select_on_dev and policy_reads_budget(m.path)]
+    rows = [m for m in cfg.methods if m.kind == "learned" and m.select_on_dev and m.lam is None
+            and policy_reads_budget(m.path)]
     if not rows:
         return {}, {}
     dev = parse_slice(cfg.dev, "dev")
@@ -121,7 +122,8 @@ def _groups(cfg, methods: dict[str, dict]) -> dict[str, dict[str, Any]]:
             continue
         g = out.setdefault(m.group or m.name, {"rows": [], "conditioned": False, "lam": m.lam, "calibrated": False})
         g["rows"].append(m.name)
-        g["conditioned"] |= policy_reads_budget(m.path) if m.path else False
+        # conditioned: told each benchmark's λ; a row labelled with the λ it was trained at is that λ's specialist
+        g["conditioned"] |= m.lam is None and bool(m.path) and policy_reads_budget(m.path)
         g["calibrated"] |= bool(getattr(m, "calibrate", False))
     return out
 

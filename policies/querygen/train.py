@@ -169,7 +169,20 @@ def run_rl(cfg: QueryGenTrainConfig, model, tok, steps: list[FlaggedStep], style
 
 
 def train_querygen(cfg: QueryGenTrainConfig, progress: bool = True) -> dict[str, Any]:
-    """Data → SFT → RL; returns (and writes) ``summary.json``. Rerun to resume after a crash."""
+    """Data → SFT → RL; returns (and writes) ``summary.json``. Rerun to resume after a crash.
+
+    Raises:
+        FolderBusyError: Another run holds ``cfg.out_dir``'s lock (:class:`envs.core.runlock.FolderLock`): two
+            trainings into one folder would overwrite each other's stages.
+    """
+    from envs.core.runlock import FolderLock
+
+    with FolderLock(cfg.out_dir):  # one training per folder; a second refuses at once, naming the first
+        return _train_querygen(cfg, progress)
+
+
+def _train_querygen(cfg: QueryGenTrainConfig, progress: bool) -> dict[str, Any]:
+    """:func:`train_querygen` under the folder's lock."""
     import torch
 
     torch.set_num_threads(cfg.threads)

@@ -93,7 +93,7 @@ def _bench_yaml(tmp_path: Path) -> str:
     """The main job's benchmark without the U_verb proxy (a fresh clone has not trained it: the config's check of
     its path would fail first)."""
     b = yaml.safe_load(open("configs/bench_microworld.yaml"))
-    b["env"].update(rsus_components=["ent"])
+    b["env"].update(rsus_components=["ent"], retriever="bm25", index_path=None)  # no ColBERT index in a fresh clone
     b["env"].pop("rsus_options")
     (tmp_path / "bench.yaml").write_text(yaml.safe_dump(b))
     return str(tmp_path / "bench.yaml")
@@ -147,7 +147,8 @@ def test_the_whole_run_at_smoke_size(tmp_path):
     t = yaml.safe_load(open("configs/train_microworld_rsus_verb_ent.yaml"))
     t.update(iterations=2, checkpoint_every=1, snapshot_every=1, out_dir=str(tmp_path / "ref"))
     t["algo"]["episodes_per_batch"] = 16
-    t["env_config"].update(max_questions=32, cache_path=str(tmp_path / "cache.sqlite"), rsus_components=["ent"])
+    t["env_config"].update(max_questions=32, cache_path=str(tmp_path / "cache.sqlite"), rsus_components=["ent"],
+                           retriever="bm25", index_path=None)
     t["env_config"].pop("rsus_options")
     t["warmstart"].update(questions=24, epochs=3)
     (tmp_path / "train.yaml").write_text(yaml.safe_dump(t))

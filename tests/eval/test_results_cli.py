@@ -25,7 +25,7 @@ def test_marked_blocks_are_regenerated_and_missing_runs_kept(tmp_path):
     s.write_text(json.dumps(_summary()))
     page = tmp_path / "results.md"
     page.write_text("# Results\n\n"
-                    f"<!-- table: summary {s} methods=CoT,learned[QueryGen](λ=0.1) -->\nold\n<!-- /table -->\n\n"
+                    f"<!-- table: summary {s} methods=CoT;learned[QueryGen](λ=0.1) -->\nold\n<!-- /table -->\n\n"
                     f"<!-- table: groups {s} -->\n<!-- /table -->\n\n"
                     f"<!-- table: summary {tmp_path / 'gone.json'} -->\nkept as it was\n<!-- /table -->\n")
     assert update_page(page, check=True)["changed"]

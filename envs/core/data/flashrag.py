@@ -75,7 +75,9 @@ def load_flashrag_corpus(path: str | Path, skip_bad_lines: bool = False) -> Corp
     """A FlashRAG corpus JSON Lines file: ``{"id", "contents"}`` with ``contents = "title\\ntext"``.
 
     Without ``contents`` the ``text`` field (and ``title``, if any) is read instead. A title wrapped in
-    double quotes (as in FlashRAG's Wikipedia dumps) is unquoted.
+    double quotes (as in FlashRAG's Wikipedia dumps) is unquoted. Every passage needs text: an empty ``text``, an
+    empty ``contents`` and a ``contents`` holding only a title (``"Title\\n"``, or one line with no line break) are
+    refused alike, naming the file and line (skipped with a warning under ``skip_bad_lines``).
 
     Raises:
         DataFormatError: On a malformed line or a missing field (unless ``skip_bad_lines``).
@@ -95,6 +97,10 @@ def load_flashrag_corpus(path: str | Path, skip_bad_lines: bool = False) -> Corp
             if "contents" in rec or "text" not in rec:
                 contents = _get(rec, "contents", loc, str)
                 title, _, text = contents.partition("\n")
+                if not text.strip():  # the same rule as an empty `text` (or `contents`): no passage to retrieve
+                    raise loc.error("contents", f"has a title ({title.strip()[:60]!r}) but no text after it "
+                                                "(FlashRAG contents are \"title\\ntext\": put the passage text "
+                                                "after the first line break)")
             else:
                 text = _get(rec, "text", loc, str)
                 title = _get(rec, "title", loc, str, optional=True, allow_empty=True, default="")
