@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_errors_e2e_runs import _one_line_error  # the one-line-error check every e2e test shares
 
 from envs.core.microworld.artifact import DEFAULT_ARTIFACT
 
@@ -39,17 +40,6 @@ def _kairos(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-m", "eval", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout, env=env)
-
-
-def _one_line_error(r: subprocess.CompletedProcess, *needles: str) -> str:
-    """The failed command's error line: rc 2, no traceback, exactly one ``: error: `` line holding every needle."""
-    assert r.returncode == 2, (r.returncode, r.stderr[-3000:])
-    assert "Traceback" not in r.stderr, r.stderr[-3000:]
-    errors = [ln for ln in r.stderr.splitlines() if ": error: " in ln]
-    assert len(errors) == 1, r.stderr[-3000:]
-    for n in needles:
-        assert n in errors[0], (n, errors[0])
-    return errors[0]
 
 
 def _jsonl(path: Path, rows: list[dict]) -> Path:
