@@ -1,4 +1,4 @@
-"""A learned step-boundary segmenter for free-form reasoning chains (docs/design.md §4; issue 4 item 2).
+"""A learned step-boundary segmenter for free-form reasoning chains (docs/design.md §4).
 
 Rule-based segmentation (:mod:`agents.segmentation`) needs ``Step N:`` markers. When a model writes free
 text, this segmenter predicts where a new step starts: a small transformer encoder reads 128-token windows

@@ -1,4 +1,4 @@
-"""Implicit evidence compression: keep the evidence sentences the flagged step attends to (issue 6, optional).
+"""Implicit evidence compression: keep the evidence sentences the flagged step attends to (optional).
 
 Before a flagged step is regenerated with retrieved passages, one forward pass runs over
 

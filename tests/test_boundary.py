@@ -1,4 +1,4 @@
-"""Learned step-boundary segmenter (issue 4 item 2)."""
+"""Learned step-boundary segmenter."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""End to end, as a user meets them: saved objects checked against what loads them (issue 34, class 2), an env that
+"""End to end, as a user meets them: saved objects checked against what loads them (class 2), an env that
 refuses misuse (class 3; every registered id: tests/test_env_checker.py), impossible Ray requests that fail at once
 and waits that say what they wait for (class 6), and evidence bounded by the backend's context window with partial
 HTTP log-probabilities masked, not trusted (class 7).

@@ -1,4 +1,4 @@
-"""Generative QueryGen (issue 9): data, tokenizer, rewards, checkpoints, training end to end, env plug-in."""
+"""Generative QueryGen: data, tokenizer, rewards, checkpoints, training end to end, env plug-in."""
 
 from __future__ import annotations
 

@@ -140,7 +140,7 @@ def test_namespace_holds_content_not_paths(tmp_path):
     assert build_components(EnvConfig(split="dev", max_questions=2, probes={"p": str(probe)})).namespace != with_probe
 
 
-#: trajectory-cache namespaces of micro-world envs, recorded before the env config was typed (issue 35): a change
+#: trajectory-cache namespaces of micro-world envs, recorded before the env config was typed: a change
 #: here invalidates every existing cache of such an env — only ever on purpose (a new RECORD_VERSION, a new artifact).
 #: On purpose since: the envs that observe U_cons (the default rsus_components [ent, cons]) moved when U_cons's samples
 #: were charged to their step (state_signals 4); "train-default" (RSUS[ent]) did not

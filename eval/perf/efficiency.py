@@ -1,4 +1,4 @@
-"""``kairos bench efficiency``: issue 18's efficiency table — what each component of the efficiency stack saves.
+"""``kairos bench efficiency``: the efficiency table — what each component of the efficiency stack saves.
 
 Two parts (``--parts``, both by default):
 
@@ -31,7 +31,7 @@ Per (setting, method): calls per question, end-to-end seconds per question (wall
 the regenerated step and its signals; ``Components.phase_seconds``) per call —, tokens per question (generated +
 injected), accuracy and the **accuracy gain per call** over CoT ((accuracy − CoT's) / calls/q). Prefetch: the share of lookups answered by a
 prefetched entry on the model's own steps (``prefetch_hit_rate``) and the share of prefetched entries used.
-Compression: the injected tokens kept and the accuracy gain kept against naive. Targets (issue 18): per-call time
+Compression: the injected tokens kept and the accuracy gain kept against naive. Targets: per-call time
 with every component on <= 0.5x naive; TTFT with KV reuse <= 0.6x without; compression keeps >= 90 % of the
 accuracy gain with <= 50 % of the injected tokens. Prints the tables, writes ``efficiency.json`` and
 ``efficiency.md``.

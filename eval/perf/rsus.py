@@ -1,4 +1,4 @@
-"""``kairos bench rsus``: what RSUS costs on top of generation (docs/design.md §4; issue 4).
+"""``kairos bench rsus``: what RSUS costs on top of generation (docs/design.md §4).
 
 For each reasoner (the micro-world LM on its test questions; SmolLM2-135M on HotpotQA dev questions), greedy
 chains are generated step by step (batched, one torch thread) and every step is scored afterwards with RSUS

@@ -1,4 +1,4 @@
-"""Generative QueryGen: a small causal LM that writes the retrieval query for a flagged step (issue 9).
+"""Generative QueryGen: a small causal LM that writes the retrieval query for a flagged step.
 
 Main flow: :mod:`.data` (flagged steps with the evidence they lack) → :mod:`.train` (SFT warm start, then
 RLOO / GRPO with TRL on :mod:`.rewards`) → :mod:`.bench` (Recall@1/@3 and downstream step correctness vs the

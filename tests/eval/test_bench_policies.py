@@ -294,7 +294,7 @@ def test_a_method_env_tag_hashes_the_keys_as_given():
 
 
 def test_oracle_gap_per_group_is_the_gap_fraction_on_each_groups_questions():
-    """The oracle-gap breakdown (issue 36 item 5): per chain kind, the learned row's fraction of the gap between
+    """The oracle-gap breakdown: per chain kind, the learned row's fraction of the gap between
     the best fixed trigger and the ceiling on that group's questions alone, with its calls beside the oracle's and
     the fixed trigger's; a group where the ceiling is no better than the fixed trigger has no fraction; the report
     renders it as its own table."""

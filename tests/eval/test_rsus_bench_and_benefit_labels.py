@@ -1,4 +1,4 @@
-"""RSUS overhead benchmark and retrieval-benefit labels (issue 4)."""
+"""RSUS overhead benchmark and retrieval-benefit labels."""
 
 import json
 
