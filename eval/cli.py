@@ -53,19 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     if func is None:
         parser.print_help()
         return 2
-    try:
-        rc = func(args)
-    except (ValueError, FileNotFoundError, FileExistsError, KeyError) as e:  # user errors: one clear line, no traceback (-v shows it)
-        logging.getLogger("kairos").debug("error", exc_info=True)
-        print(f"kairos {args.command}: error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:  # a full disk, a read-only or forbidden folder, wherever it surfaced: one line
-        from envs.core.io import describe_os_error
+    from envs.core.cli_errors import INTERRUPTED, run_handled
 
-        logging.getLogger("kairos").debug("error", exc_info=True)
-        print(f"kairos {args.command}: error: {describe_os_error(e)}", file=sys.stderr)
-        return 2
-    return int(rc or 0)
+    # one handler for every command (envs.core.cli_errors): one error line, 130 on Ctrl-C (a command's own hint)
+    return run_handled(f"kairos {args.command}", lambda: func(args), getattr(args, "interrupted", INTERRUPTED))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -78,7 +78,7 @@ def read_cli_questions(args: Any, stdin=None) -> list[str]:
     out: list[str] = []
     for q in args.questions:
         if q == "-":
-            out += [ln.strip() for ln in (stdin or sys.stdin).read().splitlines() if ln.strip()]
+            out += read_stdin_questions(stdin or sys.stdin)
         else:
             out.append(q)
     if args.questions_file:
@@ -86,6 +86,21 @@ def read_cli_questions(args: Any, stdin=None) -> list[str]:
     if not out:
         raise ValueError("no questions: give them as arguments, '-' to read stdin, or --questions-file FILE")
     return out
+
+
+def read_stdin_questions(stdin) -> list[str]:
+    """The non-empty lines of stdin (``-``); stdin closed, unreadable or empty is a one-line ``ValueError``."""
+    how = "pipe questions in (echo 'QUESTION' | kairos answer -) or give them as arguments"
+    try:  # the bytes, decoded strictly: a stray byte is named here, not as a surrogate deep in the pipeline
+        text = None if stdin is None else stdin.buffer.read().decode() if hasattr(stdin, "buffer") else stdin.read()
+    except (OSError, ValueError) as e:  # a closed stream, bytes that are not UTF-8
+        raise ValueError(f"'-': cannot read questions from stdin ({e}); {how}") from None
+    if text is None:
+        raise ValueError(f"'-': stdin is closed; {how}")
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        raise ValueError(f"'-': stdin held no questions; {how}")
+    return lines
 
 
 def build_pipeline(args: Any):
@@ -150,5 +165,9 @@ def render_answer(ans, console) -> None:
             f"generation, policy {escape(ans.policy)}"
             + (f", budget λ {ans.cost_weights['retrieval_calls']:g}" if "retrieval_calls" in ans.cost_weights else "")
             + ")")
+    cut = ans.cut_to_window
+    if cut:
+        head += (f"\n[yellow]the {cut['field']} was cut from {cut['from_tokens']} to {cut['to_tokens']} tokens to fit "
+                 f"the reasoner's {cut['window']}-token window[/]")
     console.print(Panel(head, expand=True))
     console.print(t)

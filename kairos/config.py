@@ -187,7 +187,8 @@ class ServeConfig(ConfigBase):
     health_check_period_s: float = helpf(10.0, "how often Serve checks a replica (a dead one is replaced)")
     health_check_timeout_s: float = helpf(30.0, "a replica that does not answer its check in this time is replaced")
     app_name: str = helpf("kairos", "the Serve application's name")
-    ray_address: str | None = helpf(None, "a running Ray cluster to serve on (default: start a local one)")
+    ray_address: str | None = helpf(None, "a running Ray cluster to serve on (default: RAY_ADDRESS when set, else "
+                                           "start a local one)")
     num_cpus: int | None = helpf(None, "CPUs of the local Ray cluster (default: the machine's)")
     pipeline: PipelineSpec = field(default_factory=PipelineSpec, metadata={"help": "the pipeline every replica runs"})
 

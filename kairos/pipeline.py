@@ -139,6 +139,8 @@ class Answer:
         cost: ``Σ λ·cost`` of the episode (the env config's λ).
         policy: the policy's name.
         cost_weights: the λ of each cost the episode paid (its budget: ``retrieval_calls``).
+        cut_to_window: the question was cut to fit the reasoner's context window (``None``: it was not):
+            ``{"field": "question", "from_tokens", "to_tokens", "window"}``; ``question`` is the text it ran on.
     """
 
     question: str
@@ -155,6 +157,7 @@ class Answer:
     cost: float = 0.0
     policy: str = ""
     cost_weights: dict[str, float] = field(default_factory=dict)
+    cut_to_window: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-serialisable data (non-finite numbers as ``None``); :meth:`from_dict` reads it back."""
@@ -528,12 +531,30 @@ class Pipeline:
         n = len(self.task.questions)
         if not n:
             return
+        cuts = self._fit_to_window()
         steps: dict[int, list[TraceStep]] = {}
         for ev in run_episodes(self.venv.envs, self.policy, list(range(n)), cost_weights=weights):
             step = self._trace_step(ev)
             steps.setdefault(ev.question_index, []).append(step)
-            ans = self._answer(ev, steps.pop(ev.question_index)) if ev.done else None
+            ans = self._answer(ev, steps.pop(ev.question_index), cuts.get(ev.question_index)) if ev.done else None
             yield ev.question_index, step, ans
+
+    def _fit_to_window(self) -> dict[int, dict[str, Any]]:
+        """The task's questions too long for the reasoner's context window cut to fit
+        (:func:`agents.reasoners.base.fit_question`), each cut a warning: ``{question index: its note}``."""
+        from agents.reasoners.base import fit_question
+
+        texts, cuts = [], {}
+        for i, q in enumerate(self.task.questions):
+            text, note = fit_question(self.components.reasoner, q.text)
+            texts.append(text)
+            if note:
+                cuts[i] = note
+                log.warning("question %d cut to fit the reasoner's context window of %d tokens: %d → %d tokens", i,
+                            note["window"], note["from_tokens"], note["to_tokens"])
+        if cuts:
+            self.task.set_questions(texts)
+        return cuts
 
     @property
     def venv(self):
@@ -569,7 +590,7 @@ class Pipeline:
             seconds=round(float(nxt.get("seconds", 0.0)) - float(info.get("seconds", 0.0)), 6),
             reward=float(ev.reward), costs=dict(nxt.get("costs") or {}))
 
-    def _answer(self, ev, steps: list[TraceStep]) -> Answer:
+    def _answer(self, ev, steps: list[TraceStep], cut: dict[str, Any] | None = None) -> Answer:
         info = ev.next_info
         q = self.task.questions[ev.question_index]
         return Answer(question=q.text, question_id=q.id, answer=info.get("answer_content"),
@@ -578,7 +599,7 @@ class Pipeline:
                       seconds=float(info.get("seconds", 0.0)), wall_seconds=round(ev.wall_seconds, 6),
                       truncated=bool(ev.truncated and not ev.terminated), cost=-float(ev.episode_return),
                       policy=str(getattr(self.policy, "name", type(self.policy).__name__)),
-                      cost_weights=dict(info.get("cost_weights") or {}))
+                      cost_weights=dict(info.get("cost_weights") or {}), cut_to_window=cut)
 
     def _search(self, query: str) -> list:
         """The retriever's top-k for a query (the env keeps ids only; the ranking is deterministic, so this is the

@@ -402,20 +402,27 @@ def free_port(host: str = "127.0.0.1", low: int = 20000) -> int:
     raise RuntimeError(f"no free port on {host} in {low}-{high}")
 
 
+#: how the serve config's cluster address is named in errors
+RAY_ADDRESS_KEY = "ray_address (--ray-address)"
+
+
 def init_ray(config: ServeConfig, temp_dir: str | None = None, log_to_driver: bool = True) -> None:
-    """Connect to ``config.ray_address``, else start a private local Ray cluster (``temp_dir``: its own session
-    directory). Workers import this source tree (``PYTHONPATH``)."""
+    """Join ``config.ray_address``, else ``RAY_ADDRESS``, once a connect within a deadline shows it runs
+    (:func:`envs.ray_address.joined_address`, the rule ``python -m train`` follows too); else start a private local
+    Ray cluster (``temp_dir``: its own session directory). Workers import this source tree (``PYTHONPATH``)."""
     import ray
 
     import kairos
+    from envs.ray_address import joined_address
 
     root = str(Path(kairos.__file__).resolve().parents[1])
     paths = [root] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
     threads = str(max(1, int(config.replica_cpus)))
     runtime_env = {"env_vars": {"PYTHONPATH": os.pathsep.join(paths), "OMP_NUM_THREADS": threads}}
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    if config.ray_address:
-        ray.init(address=config.ray_address, runtime_env=runtime_env, log_to_driver=log_to_driver)
+    address = joined_address(config.ray_address, RAY_ADDRESS_KEY)
+    if address:
+        ray.init(address=address, runtime_env=runtime_env, log_to_driver=log_to_driver)
     else:
         ray.init(address="local", num_cpus=config.num_cpus, include_dashboard=False, runtime_env=runtime_env,
                  log_to_driver=log_to_driver, _temp_dir=temp_dir)
@@ -478,13 +485,16 @@ def start_on_a_free_port(config: ServeConfig, attempts: int = 3, **kwargs: Any) 
 
 def stop(config: ServeConfig | None = None, shutdown_ray: bool = True) -> None:
     """End the application: on a cluster of its own (the local one :func:`init_ray` started) Serve shuts down with
-    it; on a cluster it joined (``ray_address``) only this application is deleted — other applications go on."""
+    it; on a cluster it joined (``ray_address`` or ``RAY_ADDRESS``) only this application is deleted — other
+    applications go on."""
     import ray
     from ray import serve
 
+    from envs.ray_address import address_to_join
+
     if not ray.is_initialized():
         return
-    if config is not None and config.ray_address:
+    if config is not None and address_to_join(config.ray_address, RAY_ADDRESS_KEY):
         try:
             serve.delete(config.app_name)
         except Exception as e:  # noqa: BLE001 - already gone, or Serve not running there: nothing to end
@@ -510,7 +520,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="a model name to serve (repeatable; default: kairos)")
     srv.add_argument("--traces", default=None, metavar="DIR",
                      help="benchmark outputs whose per-question trace files the inspector lists")
-    srv.add_argument("--ray-address", default=None, help="a running Ray cluster (default: start a local one)")
+    srv.add_argument("--ray-address", default=None,
+                     help="a running Ray cluster (default: RAY_ADDRESS when set, else start a local one)")
     srv.add_argument("--num-cpus", type=int, default=None, help="CPUs of the local Ray cluster (default: all)")
     add_pipeline_args(p)
     p.set_defaults(func=run)

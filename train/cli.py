@@ -14,8 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import sys
 
+#: what Ctrl-C during training prints (the run's checkpoints are kept)
+INTERRUPTED = "interrupted — rerun with --resume to continue from the last checkpoint"
 #: what the final ``done:`` log line reports of a run's summary (every path of ``train.run.train`` writes them)
 DONE_KEYS = ("iteration", "wall_seconds", "driver_peak_rss_mb", "policy_dir")
 
@@ -34,7 +35,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true", help="no rich progress bar (log lines only)")
     p.add_argument("--sweep", dest="run_sweep", action="store_true",
                    help="run the config's sweep grid (seeds × final λ) through Ray Tune instead of one run")
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="override config keys, as `kairos bench policies --set` does: e.g. iterations=3 "
+                        "algo.lr=0.001 env_config.max_steps=6 (a dotted key sets a key of a nested mapping)")
     TrainConfig.add_cli_args(p)
+    p.set_defaults(interrupted=INTERRUPTED)
 
 
 def run_querygen(args: argparse.Namespace) -> int:
@@ -62,19 +67,27 @@ def run_rsus_weights(args: argparse.Namespace) -> int:
     return 0
 
 
-def run(args: argparse.Namespace) -> int:
+def train_config(args: argparse.Namespace):
+    """The :class:`TrainConfig` of ``--config`` (default: every default), the flags and the ``--set`` overrides."""
+    from envs.core.config import from_dict_with_sets, read_yaml_mapping
     from train.config import TrainConfig
 
-    if getattr(args, "what", "policy") == "querygen":
+    raw = read_yaml_mapping(args.config) if args.config else {}
+    raw.update(TrainConfig.cli_overrides(args))
+    return from_dict_with_sets(TrainConfig, raw, getattr(args, "set", None) or [], args.config or "python -m train")
+
+
+def run(args: argparse.Namespace) -> int:
+    what = getattr(args, "what", "policy")
+    if what != "policy" and getattr(args, "set", None):
+        raise ValueError(f"--set overrides the policy's TrainConfig; for `train {what}` edit its --config YAML")
+    if what == "querygen":
         return run_querygen(args)
-    if getattr(args, "what", "policy") == "rsus-weights":
+    if what == "rsus-weights":
         return run_rsus_weights(args)
     from train.run import train
 
-    cfg = TrainConfig.from_yaml(args.config) if args.config else TrainConfig()
-    over = TrainConfig.cli_overrides(args)
-    if over:
-        cfg = cfg.replace(**over)
+    cfg = train_config(args)
     if args.run_sweep:
         from train.sweep import sweep
 
@@ -104,15 +117,6 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    try:
-        return run(args)
-    except (ValueError, FileNotFoundError, FileExistsError, KeyError) as e:  # incl. train.cluster.RemoteWorkerError
-        logging.getLogger("train").debug("error", exc_info=True)
-        print(f"python -m train: error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:  # a full disk, a read-only or forbidden folder, wherever it surfaced: one line
-        from envs.core.io import describe_os_error
+    from envs.core.cli_errors import run_handled
 
-        logging.getLogger("train").debug("error", exc_info=True)
-        print(f"python -m train: error: {describe_os_error(e)}", file=sys.stderr)
-        return 2
+    return run_handled("python -m train", lambda: run(args), args.interrupted)

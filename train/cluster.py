@@ -15,15 +15,20 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def init_ray(cfg: TrainConfig) -> bool:
-    """Start (or join) Ray; returns True when this call started it. Inside ``ray job submit`` it joins the
-    job's cluster (``RAY_ADDRESS`` is set); otherwise it starts its own local instance with ``cfg.num_cpus`` (even
-    when another cluster runs on the machine) and puts the repo on the workers' ``PYTHONPATH``."""
+    """Start (or join) Ray; returns True when this call started it. With ``RAY_ADDRESS`` set (inside ``ray job
+    submit``) it joins that cluster once a connect within a deadline shows it runs
+    (:func:`envs.ray_address.joined_address`, the rule ``kairos serve`` follows too); otherwise it starts its own local
+    instance with ``cfg.num_cpus`` (even when another cluster runs on the machine) and puts the repo on the workers'
+    ``PYTHONPATH``."""
     import ray
+
+    from envs.ray_address import joined_address
 
     if ray.is_initialized():
         return False
-    if os.environ.get("RAY_ADDRESS"):
-        ray.init(log_to_driver=False)
+    address = joined_address()
+    if address:
+        ray.init(address=address, log_to_driver=False)
     else:
         path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
         # address="local": always a new private instance — never silently join another Ray cluster running on this

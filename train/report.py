@@ -64,4 +64,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
+    from envs.core.cli_errors import run_handled
+
+    raise SystemExit(run_handled("python -m train.report", main))

@@ -184,6 +184,24 @@ def fit_evidence(reasoner: Any, state: Any, earlier: tuple[str, ...] | list[str]
     return out, note
 
 
+#: the share of the context window a question may take (the rest: evidence, the steps and the answer)
+QUESTION_SHARE = 0.5
+
+
+def fit_question(reasoner: Any, question: str) -> tuple[str, dict[str, Any]]:
+    """``question`` cut to :data:`QUESTION_SHARE` of the backend's context window, counted and cut in its own tokens:
+    ``(text, note)``, ``note``: ``{"field": "question", "from_tokens", "to_tokens", "window"}`` (empty when it fits,
+    or the backend does not say its window)."""
+    window = getattr(reasoner, "context_window", None)
+    if not window or not all(hasattr(reasoner, m) for m in ("count_tokens", "cut_tokens")):
+        return question, {}
+    room, need = int(int(window) * QUESTION_SHARE), reasoner.count_tokens(question)
+    if need <= room:
+        return question, {}
+    return reasoner.cut_tokens(question, room), {"field": "question", "from_tokens": int(need), "to_tokens": room,
+                                                 "window": int(window)}
+
+
 def run_chains(reasoner: Reasoner, questions: list[str], max_steps: int,
                front: list[list[str]] | None = None) -> list[list[Step]]:
     """Greedy chains for many questions with any reasoner: one batched ``next_step`` call per round.

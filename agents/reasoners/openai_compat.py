@@ -31,6 +31,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import http.client
 import json
 import logging
 import math
@@ -56,9 +57,10 @@ log = logging.getLogger(__name__)
 APIS = ("completions", "chat")
 
 
-class ReasonerHTTPError(RuntimeError):
+class ReasonerHTTPError(ConnectionError, RuntimeError):
     """The endpoint failed: HTTP error status, timeout, unreachable server or a malformed answer (naming the
-    field)."""
+    field) — one line with the URL, the cause and the fix (a ``ConnectionError``: every CLI prints it as its one
+    error line)."""
 
 
 class _DeadlineExceeded(Exception):
@@ -196,7 +198,8 @@ class OpenAIReasoner:
         return headers
 
     def _post(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
-        """POST ``payload``; retries transient failures; the whole call ends within ``deadline_s``."""
+        """POST ``payload``; retries transient failures; the whole call ends within ``deadline_s``. Any failure is
+        one :class:`ReasonerHTTPError` line naming the URL, the cause and the fix (no urllib traceback chained)."""
         url = self.cfg.base_url.rstrip("/") + path
         headers = self._headers(url)
         data = json.dumps(payload).encode()
@@ -206,42 +209,50 @@ class OpenAIReasoner:
             last = attempt == self.cfg.retries or time.monotonic() + delay >= deadline
             try:
                 body = self._read(url, data, headers, deadline)
-            except urllib.error.HTTPError as e:
-                detail = e.read()[:500].decode(errors="replace") if e.fp else ""
-                if last or not (e.code == 429 or e.code >= 500):
-                    raise ReasonerHTTPError(f"{url}: HTTP {e.code} {e.reason}: {detail}".rstrip(": ")) from e
-                log.warning("%s: HTTP %s, retrying in %.1f s", url, e.code, delay)
-            except _DeadlineExceeded as e:
+            except _DeadlineExceeded:
                 raise ReasonerHTTPError(f"{url}: no complete answer within deadline_s={self.cfg.deadline_s} s "
-                                        f"({attempt + 1} attempt(s))") from e
-            except (TimeoutError, socket.timeout) as e:
-                if last:
-                    raise ReasonerHTTPError(
-                        f"{url}: no answer within timeout_s={self.cfg.timeout_s} s "
-                        f"({attempt + 1} attempt(s))") from e
-                log.warning("%s: timed out, retrying in %.1f s", url, delay)
-            except urllib.error.URLError as e:
-                if isinstance(e.reason, (TimeoutError, socket.timeout)):
-                    if last:
-                        raise ReasonerHTTPError(f"{url}: no answer within timeout_s={self.cfg.timeout_s} s "
-                                                f"({attempt + 1} attempt(s))") from e
-                elif last:
-                    raise ReasonerHTTPError(f"{url}: cannot reach the server ({e.reason})") from e
-                log.warning("%s: %s, retrying in %.1f s", url, e.reason, delay)
+                                        f"({attempt + 1} attempt(s)); the server is overloaded or stuck — check "
+                                        "it, or raise deadline_s") from None
+            except (OSError, http.client.HTTPException) as e:  # urllib's HTTPError / URLError, timeouts, resets
+                retry, why = self._failure(e, attempt)
+                if last or not retry:
+                    raise ReasonerHTTPError(f"{url}: {why}") from None
+                log.warning("%s: %s; retrying in %.1f s", url, why.split(";")[0], delay)
             else:
-                try:
-                    out = json.loads(body)
-                except ValueError as e:
-                    raise ReasonerHTTPError(f"{url}: answer is not JSON: {body[:200]!r}") from e
-                if not isinstance(out, dict) or not isinstance(out.get("choices"), list) or not out["choices"]:
-                    raise ReasonerHTTPError(f"{url}: malformed answer: field 'choices' is missing or empty: "
-                                            f"{str(out)[:200]}")
-                if not all(isinstance(c, dict) for c in out["choices"]):
-                    raise ReasonerHTTPError(f"{url}: malformed answer: 'choices' holds a non-object")
-                return out
+                return self._answer(url, body)
             time.sleep(delay)
             delay *= 2
         raise AssertionError("unreachable")
+
+    def _failure(self, e: BaseException, attempt: int) -> tuple[bool, str]:
+        """``(worth a retry, one line: the cause and the fix)`` of a failed attempt."""
+        if isinstance(e, urllib.error.HTTPError):
+            detail = " ".join((e.read()[:300] if e.fp else b"").decode(errors="replace").split())
+            fix = ("check base_url (up to and including /v1) and model" if e.code in (404, 405)
+                   else f"check the API key in ${self.cfg.api_key_env}" if e.code in (401, 403)
+                   else "the server failed: see its log" if e.code >= 500 else "see the server's message")
+            return e.code == 429 or e.code >= 500, f"HTTP {e.code} {e.reason}" + (f" ({detail})" if detail else "") \
+                + f"; {fix}"
+        reason = e.reason if isinstance(e, urllib.error.URLError) else e
+        if isinstance(reason, (TimeoutError, socket.timeout)):
+            return True, (f"no answer within timeout_s={self.cfg.timeout_s} s ({attempt + 1} attempt(s)); the server "
+                          "is overloaded or stuck — check it, or raise timeout_s")
+        return True, (f"cannot reach the server ({reason or type(reason).__name__}); start it, or point base_url at "
+                      "a running one")
+
+    @staticmethod
+    def _answer(url: str, body: bytes) -> dict[str, Any]:
+        """The answer's JSON, its ``choices`` checked."""
+        try:
+            out = json.loads(body)
+        except ValueError:
+            raise ReasonerHTTPError(f"{url}: the answer is not JSON (it starts {body[:80]!r}); base_url must be an "
+                                    "OpenAI-compatible API root, up to and including /v1") from None
+        if not isinstance(out, dict) or not isinstance(out.get("choices"), list) or not out["choices"]:
+            raise ReasonerHTTPError(f"{url}: malformed answer: field 'choices' is missing or empty: {str(out)[:200]}")
+        if not all(isinstance(c, dict) for c in out["choices"]):
+            raise ReasonerHTTPError(f"{url}: malformed answer: 'choices' holds a non-object")
+        return out
 
     def _read(self, url: str, data: bytes, headers: dict[str, str], deadline: float) -> bytes:
         """One attempt: the answer's body, read in chunks so a server that trickles bytes cannot hold the call

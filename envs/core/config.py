@@ -338,6 +338,17 @@ def sets_error(e: ConfigError, given: dict[str, str], flag: str = "--set") -> Co
     return e
 
 
+def from_dict_with_sets(cls: type[T], raw: dict[str, Any], sets: list[str] | tuple[str, ...], where: str,
+                        flag: str = "--set") -> T:
+    """``cls`` from the mapping ``raw`` with ``--set KEY=VALUE`` overrides applied (:func:`apply_sets`); an error
+    about a key the user set names that ``--set`` (:func:`sets_error`)."""
+    given = apply_sets(raw, sets, where, flag)
+    try:
+        return cls.from_dict(raw, where=where)
+    except ConfigError as e:
+        raise sets_error(e, given, flag) from None
+
+
 def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
     """A config file as one mapping, its ``base:`` chain merged (:func:`envs.core.config_files.read_config`: the one
     YAML reader of every config). A missing file, bytes that are not UTF-8 (``file:line``), invalid YAML

@@ -185,13 +185,17 @@ def evaluated_policy(out_dir: str | Path, method: str, config: str | Path | None
 
 
 # ---------------------------------------------------------------- CLI
+#: what Ctrl-C during a benchmark prints (per-question results are on disk: a rerun skips them)
+INTERRUPTED = "interrupted — rerun the same command to resume (finished questions are kept)"
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("policies", help="learned vs calibrated fixed triggers and baselines (report + plots)")
     p.add_argument("--config", required=True, help="BenchConfig YAML (e.g. configs/bench_microworld.yaml)")
     p.add_argument("--out", default=None, help="override out_dir")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                    help="override keys, e.g. test=100:200 n_resamples=2000 env.answer_closing=false")
-    p.set_defaults(func=main)
+    p.set_defaults(func=main, interrupted=INTERRUPTED)
 
 
 def main(args) -> int:

@@ -132,13 +132,15 @@ def run_suite(suite: SuiteConfig, benches: list) -> dict[str, Any]:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from eval.bench.policies import INTERRUPTED
+
     p = sub.add_parser("suite", help="several policy benchmarks in one run, one summary table (method × benchmark)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True, help="SuiteConfig YAML (e.g. configs/suite_seed_benchmarks.yaml)")
     p.add_argument("--out", default=None, help="write the summary here and each benchmark under <out>/<name>")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                    help="overrides for every benchmark, e.g. dev=0:2 test=2:6")
-    p.set_defaults(func=main)
+    p.set_defaults(func=main, interrupted=INTERRUPTED)
 
 
 def main(args) -> int:

@@ -31,6 +31,7 @@ import platform
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -173,18 +174,36 @@ def _worker_raw(args: dict) -> dict:
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
+class WorkerError(ValueError):
+    """A measurement process failed: the message is the worker's own error line (a ValueError, so the CLI prints
+    it as its one error line)."""
+
+
+#: the worker's program name in its error line (``<WORKER>: error: …``)
+WORKER = "kairos bench engine worker"
+
+
 def _run_worker(kind: str, args: dict, out: Path) -> dict:
-    """One measurement in a fresh process (its own engine and peak memory)."""
-    spec = out / f"{kind}_{args.get('backend', 'vllm')}_b{args.get('batch', 0)}_{int(args.get('capture', 0))}.json"
-    res_path = spec.with_suffix(".result.json")
-    spec.write_text(json.dumps({"kind": kind, **args, "result": str(res_path)}))
+    """One measurement in a fresh process (its own engine and peak memory). Its spec and result travel through a
+    temporary folder, removed whatever happens: nothing of a failed worker is left in ``out``."""
+    name = f"{kind}_{args.get('backend', 'vllm')}_b{args.get('batch', 0)}_{int(args.get('capture', 0))}"
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     log.info("engine bench: %s %s batch %s", kind, args.get("backend", "vllm"), args.get("batch", ""))
-    proc = subprocess.run([sys.executable, "-m", "eval.perf.engine", str(spec)], env=env, capture_output=True,
-                          text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"engine bench worker {spec.name} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-    return json.loads(res_path.read_text())
+    with tempfile.TemporaryDirectory(prefix="kairos-engine-") as tmp:
+        spec, res_path = Path(tmp) / f"{name}.json", Path(tmp) / f"{name}.result.json"
+        spec.write_text(json.dumps({"kind": kind, **args, "result": str(res_path)}))
+        proc = subprocess.run([sys.executable, "-m", "eval.perf.engine", str(spec)], env=env, capture_output=True,
+                              text=True)
+        if proc.returncode != 0:
+            raise WorkerError(f"the {name} worker failed (exit {proc.returncode}): {_worker_error(proc.stderr)}")
+        return json.loads(res_path.read_text())
+
+
+def _worker_error(stderr: str) -> str:
+    """The worker's own error line (its handler's ``…: error: …``, else the last line it wrote)."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    own = [ln.split(": error: ", 1)[1] for ln in lines if ln.startswith(f"{WORKER}: error: ")]
+    return own[-1] if own else lines[-1] if lines else "no error message"
 
 
 def _worker_main(spec_path: str) -> None:
@@ -343,4 +362,6 @@ def _main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    _worker_main(sys.argv[1])
+    from envs.core.cli_errors import run_handled
+
+    sys.exit(run_handled(WORKER, lambda: _worker_main(sys.argv[1])))

@@ -260,4 +260,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    from envs.core.cli_errors import run_handled
+
+    sys.exit(run_handled("python -m eval.perf.reasoner", main))
