@@ -53,25 +53,26 @@ def _host_port(address: str) -> tuple[str, int] | None:
     return host.strip("[]"), int(port)
 
 
-def connect_timeout_s() -> float:
-    """The connect deadline: ``KAIROS_RAY_CONNECT_TIMEOUT_S`` (seconds > 0), else 5."""
-    text = os.environ.get(TIMEOUT_ENV, "").strip()
+def seconds_from_env(name: str, default: float) -> float:
+    """The seconds > 0 the environment variable ``name`` holds, else ``default``; another value is a one-line
+    ``ValueError``."""
+    text = os.environ.get(name, "").strip()
     try:
-        value = float(text) if text else DEFAULT_TIMEOUT_S
+        value = float(text) if text else default
     except ValueError:
         value = -1.0
     if not value > 0:
-        raise ValueError(f"{TIMEOUT_ENV}={text!r}: expected seconds > 0 (e.g. 5)")
+        raise ValueError(f"{name}={text!r}: expected seconds > 0 (e.g. {default:g})")
     return value
 
 
 def check_reachable(address: str, source: str, timeout_s: float | None = None) -> None:
-    """A TCP connect to ``address`` within ``timeout_s`` (default :func:`connect_timeout_s`), else a
+    """A TCP connect to ``address`` within ``timeout_s`` (default: ``KAIROS_RAY_CONNECT_TIMEOUT_S``, else 5), else a
     :class:`RayUnreachableError` naming the address, its ``source`` and the fix."""
     target = _host_port(address)
     if target is None:
         return
-    timeout_s = connect_timeout_s() if timeout_s is None else timeout_s
+    timeout_s = seconds_from_env(TIMEOUT_ENV, DEFAULT_TIMEOUT_S) if timeout_s is None else timeout_s
     try:
         with socket.create_connection(target, timeout=timeout_s):
             pass

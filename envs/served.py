@@ -14,6 +14,27 @@ from typing import Any
 from agents.reasoners.base import Capabilities, Step
 from envs.serving import check_retriever_spec, check_spec, lookup_replicas
 
+#: the environment variable bounding one call to a service's replicas (seconds)
+CALL_TIMEOUT_ENV = "KAIROS_SERVICE_TIMEOUT_S"
+#: its default: a batch's generation, or a replica restarting and loading its model, fits well inside
+DEFAULT_CALL_TIMEOUT_S = 900.0
+
+
+def call_service(refs: Any, what: str) -> Any:
+    """``ray.get(refs)`` within ``KAIROS_SERVICE_TIMEOUT_S`` (default 900 s); past it a one-line ``TimeoutError``
+    naming the service and the fix."""
+    import ray
+
+    from envs.ray_address import seconds_from_env
+
+    timeout = seconds_from_env(CALL_TIMEOUT_ENV, DEFAULT_CALL_TIMEOUT_S)
+    try:
+        return ray.get(refs, timeout=timeout)
+    except ray.exceptions.GetTimeoutError:
+        raise TimeoutError(f"the {what} service did not answer within {timeout:g} s ({CALL_TIMEOUT_ENV}): a replica "
+                           "is stuck or cannot be placed — see `ray status` and its log, or raise "
+                           f"{CALL_TIMEOUT_ENV}") from None
+
 
 def replica_handles(spec: dict) -> list:
     """The replicas' actor handles (looked up by name: works in any process of the cluster)."""
@@ -24,9 +45,7 @@ def replica_handles(spec: dict) -> list:
 
 def service_stats(spec: dict) -> list[dict]:
     """Every replica's counters (:meth:`ReasonerReplica.get_stats`)."""
-    import ray
-
-    return ray.get([h.get_stats.remote() for h in replica_handles(spec)])
+    return call_service([h.get_stats.remote() for h in replica_handles(spec)], "reasoner")
 
 
 def retriever_handles(spec: dict) -> list:
@@ -55,11 +74,9 @@ class ServedReasoner:
     """The Reasoner protocol over a running service (what an env builds when ``EnvConfig.reasoner_service`` is set)."""
 
     def __init__(self, spec: dict):
-        import ray
-
         self.spec = check_spec(spec)
         self.replicas = replica_handles(spec)
-        info = ray.get(self.replicas[0].info.remote())
+        info = call_service(self.replicas[0].info.remote(), "reasoner")
         self.capabilities = Capabilities(**info["capabilities"])
         if info["model_id"] is not None:  # what the env's cache namespace reads (as it would from the backend)
             self.model_id = info["model_id"]
@@ -97,10 +114,8 @@ class ServedReasoner:
         if not state.ops:
             return state.snap
         if state.resolved is None:
-            import ray
-
             r = self._replica_of(state, {})
-            state.resolved = ray.get(self.replicas[r].resolve.remote(state.key, state.snap, state.ops))
+            state.resolved = call_service(self.replicas[r].resolve.remote(state.key, state.snap, state.ops), "reasoner")
         return state.resolved
 
     def restore(self, snap: dict) -> ServedState:
@@ -114,8 +129,6 @@ class ServedReasoner:
         return min(((self._offset + j) % n for j in range(n)), key=lambda r: load.get(r, 0))
 
     def next_step(self, states: list[ServedState]) -> list[tuple[Step, ServedState]]:
-        import ray
-
         groups: dict[int, list[int]] = {}
         load: dict[int, int] = {}
         for i, s in enumerate(states):
@@ -126,7 +139,7 @@ class ServedReasoner:
                                                      self.client_id)
                 for r, idx in groups.items()}
         out: list[Any] = [None] * len(states)
-        for r, res in zip(refs, ray.get(list(refs.values()))):
+        for r, res in zip(refs, call_service(list(refs.values()), "reasoner")):
             for i, (step, snap, key, done, before) in zip(groups[r], res):
                 if before is not None:
                     states[i].resolved = before
@@ -140,10 +153,9 @@ class ServedReasoner:
     def sample_alternatives(self, state: ServedState, k: int, seed: int = 0) -> list[str]:
         """The replica's backend's samples (an :class:`~agents.reasoners.base.Alternatives`: their token count
         travels with them)."""
-        import ray
-
         r = self._replica_of(state, {})
-        return ray.get(self.replicas[r].sample_alternatives.remote(state.key, state.snap, state.ops, k, seed))
+        return call_service(self.replicas[r].sample_alternatives.remote(state.key, state.snap, state.ops, k, seed),
+                            "reasoner")
 
 
 def connect(spec: dict) -> ServedReasoner:
@@ -155,19 +167,15 @@ class ServedRetriever:
     """The Retriever protocol over a running retriever service."""
 
     def __init__(self, spec: dict):
-        import ray
-
         self.replicas = retriever_handles(spec)
-        info = ray.get(self.replicas[0].info.remote())
+        info = call_service(self.replicas[0].info.remote(), "retriever")
         self._n, self._describe = info["n"], info["describe"]
         self._next = itertools.cycle(range(len(self.replicas)))
         for _ in range(os.getpid() % len(self.replicas)):  # runners start on different replicas
             next(self._next)
 
     def search(self, queries, k: int = 10) -> list:
-        import ray
-
-        return ray.get(self.replicas[next(self._next)].search.remote(list(queries), k))
+        return call_service(self.replicas[next(self._next)].search.remote(list(queries), k), "retriever")
 
     def __len__(self) -> int:
         return self._n

@@ -235,3 +235,26 @@ def test_a_question_that_fits_carries_no_cut():
     assert json.loads(r.stdout.splitlines()[0])["cut_to_window"] is None
     assert "cut to fit" not in r.stderr
 
+
+
+SERVICE_CALL = """
+import sys, time
+import ray
+from envs.core.cli_errors import run_handled
+from envs.served import call_service
+
+def call():
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
+    call_service(ray.remote(num_cpus=0)(lambda: time.sleep(60)).remote(), "reasoner")
+
+sys.exit(run_handled("python -m train", call))
+"""
+
+
+def test_a_service_call_past_its_deadline_is_one_line():
+    env = {**_env(), "KAIROS_SERVICE_TIMEOUT_S": "1"}
+    env.pop("RAY_ADDRESS", None)
+    r = subprocess.run([sys.executable, "-c", SERVICE_CALL], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=120)
+    _one_line_error(r, "python -m train: error: the reasoner service did not answer within 1 s "
+                       "(KAIROS_SERVICE_TIMEOUT_S)", "raise KAIROS_SERVICE_TIMEOUT_S")
