@@ -2,13 +2,16 @@
 
 1. load the shipped micro-world and measure its competence and throughput;
 2. train the U_verb proxy the recipe's RSUS reads (``configs/probe_rsus_proxy.yaml``: a step-error classifier on the
-   step's text, because the micro-world LM cannot state a confidence), then a retrieval policy — the best recipe
-   measured: counterfactual warm start, then REINFORCE on Ray RLlib, with a QueryGen head that also picks the query
-   (``configs/train_microworld_rsus_verb_ent.yaml``; a rerun after a crash keeps the proxy it finished and resumes
-   the training from its newest checkpoint);
-3. benchmark it against the calibrated fixed triggers and baselines (``configs/bench_microworld.yaml``:
-   thresholds swept on dev, everything evaluated on held-out test questions, paired statistics);
-4. write one report (Markdown + the benchmark's self-contained HTML with plots) and print its path.
+   step's text, because the micro-world LM cannot state a confidence) and the ColBERT checkpoint and PLAID index it
+   retrieves with (``configs/retriever_colbert_microworld.yaml``), then a retrieval policy for every budget:
+   counterfactual warm start, then REINFORCE on Ray RLlib with λ of retrieval calls in the observation and a
+   curriculum on it, with a QueryGen head that also picks the query (``configs/train_microworld_conditioned.yaml``;
+   a rerun after a crash keeps the proxy and index it finished and resumes the training from its newest checkpoint);
+3. benchmark it against the calibrated fixed triggers and baselines at every λ of the bench config
+   (``configs/bench_microworld.yaml``: thresholds swept on dev at each λ, everything evaluated on held-out test
+   questions, paired statistics, the frontier plot);
+4. write one report (Markdown opening with the frontier and the λ = 0.1 headline, + the benchmark's self-contained
+   HTML with plots) and print its path.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import time
 from pathlib import Path
 
 log = logging.getLogger(__name__)
-TRAIN_CONFIG = "configs/train_microworld_rsus_verb_ent.yaml"  # the main job's recipe
+TRAIN_CONFIG = "configs/train_microworld_conditioned.yaml"  # the main job's recipe: one policy for every budget
 PROXY_CONFIG = "configs/probe_rsus_proxy.yaml"  # the U_verb proxy it reads (trained first, into <out>/probes/)
 RETRIEVER_CONFIG = "configs/retriever_colbert_microworld.yaml"  # its ColBERT checkpoint and PLAID index (<out>/colbert/)
 MARKER = ".kairos-quickstart"  # in every --out folder quickstart created (or found empty): it may write there
@@ -154,13 +157,14 @@ def _run(args, out: Path) -> int:
     timings["total_s"] = time.perf_counter() - t0
     write_json(out / "timings.json", timings)
 
-    text = _report(metrics, tsum, summary, timings, format_metrics, psum)
+    headline = Path("bench") / (f"lambda={bcfg.lambda_retrieval:g}" if bcfg.lambdas else "")  # its report's folder
+    text = _report(metrics, tsum, summary, timings, format_metrics, psum, headline)
     write_text(out / "report.md", text)
     print(text)
-    print(f"\nreport: {(out / 'report.md').resolve()}\nhtml:   {(out / 'bench' / 'report.html').resolve()}")
+    print(f"\nreport: {(out / 'report.md').resolve()}\nhtml:   {(out / headline / 'report.html').resolve()}")
     learned = [m.name for m in bcfg.methods if m.kind == "learned" and m.select_on_dev]
     if learned:  # the policy in an application: exactly what the benchmark evaluated (kairos.Pipeline.from_bench)
-        bench = out / "bench" / (f"lambda={bcfg.lambda_retrieval:g}" if bcfg.lambdas else "")
+        bench = out / headline
         budget = " --lambda 0.3" if lam is None and bcfg.lambdas else ""  # a cost-conditioned policy: any budget
         print(f"use it: kairos answer --bench {bench} --method '{learned[-1]}'{budget} \"QUESTION\"")
     return 0
@@ -378,7 +382,7 @@ def _frontier_section(summary: dict) -> str:
     return "\n".join(lines) + f"\n\n## The headline: λ = {b['headline_lambda']:g}\n\n"
 
 
-def _report(metrics, tsum, summary, timings, format_metrics, psum=None) -> str:
+def _report(metrics, tsum, summary, timings, format_metrics, psum=None, bench=Path("bench")) -> str:
     rows = ["| method | kind | accuracy [95% CI] | calls / q | reward | harm rate | query mode |",
             "|---|---|---|---|---|---|---|"]
     for k, v in sorted(summary["methods"].items(), key=lambda kv: -kv[1]["reward"]):
@@ -431,6 +435,6 @@ def _report(metrics, tsum, summary, timings, format_metrics, psum=None) -> str:
         + ".\n\n![learning curves](train/curves.png)\n\n"
         "## 3. Benchmark (held-out test questions)\n\n" + "\n\n".join(headline) + ("\n\n" if headline else "")
         + "\n".join(rows) + "\n\n" + notes + "\n\n"
-        "Full report with statistics and plots: [bench/report.html](bench/report.html) "
-        "([Markdown](bench/report.md)).\n"
+        f"Full report with statistics and plots: [{bench}/report.html]({bench}/report.html) "
+        f"([Markdown]({bench}/report.md)).\n"
     )

@@ -420,7 +420,7 @@ class Pipeline:
             raise ValueError(f"{where}: the policy '{name}' does not read a budget — it was trained for one λ (or is "
                              "a fixed trigger), so λ would change the reported cost but no decision. Train a "
                              "cost-conditioned policy (env_config.observe_costs: [retrieval_calls] and a curriculum "
-                             "with high: configs/train_microworld_budgets.yaml), or leave λ unset")
+                             "with high: configs/train_microworld_conditioned.yaml), or leave λ unset")
 
     def _weights(self, n: int, lam: float | list[float | None] | None, where: str) -> dict[int, dict[str, float]]:
         """Per question, the cost weights it pays: ``lam`` (one value, or one per question; ``None``: the default)."""

@@ -73,6 +73,21 @@ def test_a_recipe_states_only_its_difference_from_its_parent(tmp_path):
     assert data["iterations"] == 5 and data["algo"]["lr"] == 0.01 and data["name"] == "c"
 
 
+def test_a_recipe_removes_parent_rows_by_name_before_it_appends(tmp_path):
+    parent = _w(tmp_path / "parent.yaml", "methods: [{name: CoT}, {name: learned, lam: null}]\nseeds: [0, 1]\n")
+    child = _w(tmp_path / "child.yaml", f"base: {parent}\nmethods+: [{{name: learned, lam: 0.1}}]\n"
+                                        "methods-: [learned]\nseeds-: [1]\n")
+    data, src = read_config(child)
+    assert data["methods"] == [{"name": "CoT"}, {"name": "learned", "lam": 0.1}] and data["seeds"] == [0]
+    assert src["seeds"] == f"{parent} - {child}"
+    with pytest.raises(ConfigError, match=r"removes \['nope'\], but the parent's list holds no such entry \(it holds "
+                                          r"\['CoT', 'learned'\]\)"):
+        read_config(_w(tmp_path / "bad.yaml", f"base: {parent}\nmethods-: [nope]\n"))
+    with pytest.raises(ConfigError, match="'methods-' removes from the parent's list 'methods', but this file names no "
+                                          "parent"):
+        read_config(_w(tmp_path / "orphan.yaml", "methods-: [CoT]\n"))
+
+
 def test_base_errors_name_the_file_and_the_fix(tmp_path):
     a = _w(tmp_path / "a.yaml", f"base: {tmp_path / 'b.yaml'}\nx: 1\n")
     _w(tmp_path / "b.yaml", f"base: {a}\ny: 1\n")

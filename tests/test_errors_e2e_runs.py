@@ -290,7 +290,7 @@ def test_quickstart_refuses_a_benchmark_whose_learned_rows_would_see_another_obs
     (tmp_path / "bench.yaml").write_text(yaml.safe_dump(bench))
     out = tmp_path / "qs"
     r = _run(["eval", "quickstart", "--out", str(out), "--bench-config", str(tmp_path / "bench.yaml")])
-    _one_line_error(r, "method 'classifier[QueryGen] (warm start)' would run with env rsus_components = ['ent']",
+    _one_line_error(r, "method 'conditioned[QueryGen](λ: 0.5→[0.02, 0.5])(s0)' would run with env rsus_components = ['ent']",
                     "trains its policy with rsus_components = ['verb', 'ent']")
     assert sorted(p.name for p in out.iterdir()) == [".kairos-quickstart"]
 

@@ -24,7 +24,7 @@ def test_quickstart_trains_benchmarks_and_reports(tmp_path):
     train["warmstart"].update(questions=24, epochs=3)
     bench = read_yaml_mapping("configs/bench_microworld.yaml")
     bench["env"]["cache_path"] = str(tmp_path / "bench_cache.sqlite")
-    bench.update(dev="0:10", test="10:26", n_resamples=500, test_curves=False)
+    bench.update(dev="0:10", test="10:26", n_resamples=500, test_curves=False, lambdas=[0.1, 0.3])
     keep = {"CoT", "IRCoT", "FLARE", "FLARE[unmasked]", "FLARE[q: dev]", "DRAGIN[step-level]", "SeaKR[no rerank]",
             "PUlSE-step", "Random", "Oracle[info_need]", "CacheOracle[q: info_need, step]"}
     bench["methods"] = [m for m in bench["methods"] if m["name"] in keep or m["kind"] == "learned"]
@@ -43,16 +43,25 @@ def test_quickstart_trains_benchmarks_and_reports(tmp_path):
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
     assert r.returncode == 0, r.stderr[-3000:]
     assert f"report: {(out / 'report.md').resolve()}" in r.stdout
+    head = out / "bench" / "lambda=0.1"  # the headline's benchmark; one per λ beside it
+    assert f"html:   {(head / 'report.html').resolve()}" in r.stdout and "--lambda 0.3" in r.stdout
     report = (out / "report.md").read_text()
     for name in ("FLARE", "learned", "Random", "Oracle", "| DRAGIN[step-level] |", "| SeaKR[no rerank] |"):
         assert name in report
     assert "Skipped" not in report
+    # it opens with every budget: the frontier plot and, per λ, the one policy against the best fixed trigger there
+    assert report.index("## Every budget") < report.index("## The headline: λ = 0.1") < report.index("## 1.")
+    assert "![accuracy vs retrieval calls at every budget](bench/frontier.png)" in report
+    assert (out / "bench" / "frontier.png").is_file() and (out / "bench" / "lambda=0.3" / "summary.json").is_file()
+    budgets = json.loads((out / "bench" / "budgets.json").read_text())
+    assert budgets["lambdas"] == [0.1, 0.3] and budgets["groups"]["conditioned (widening)"]["conditioned"]
     # the headline: the learned policy against the best fixed trigger, and the share of the oracle gap it closes
-    assert "learned[QueryGen](λ=0.1) − best fixed" in report and "fraction of the oracle gap closed" in report
+    name = "conditioned[QueryGen](λ: 0.5→[0.02, 0.5])(s0)"
+    assert f"{name} − best fixed" in report and "fraction of the oracle gap closed" in report
     assert "(ceiling: CacheOracle[q: info_need, step])" in report
     # and where it falls short: the gap fraction per chain kind, its calls beside the oracle's (issue 36 item 5)
     assert "Oracle-gap fraction per chain kind" in report and "| chain kind | n | oracle calls |" in report
-    s = json.loads((out / "bench" / "summary.json").read_text())
+    s = json.loads((head / "summary.json").read_text())
     assert s["methods"]["CoT"]["calls"] == 0.0 and s["methods"]["IRCoT"]["calls"] > 1.0  # as published
     flare = s["methods"]["FLARE"]  # masked queries, unless 10 dev questions chose its never-fire point (no query)
     assert flare["query_mode"] == (None if flare["threshold"] == "never" else "masked:0.4")
@@ -60,19 +69,20 @@ def test_quickstart_trains_benchmarks_and_reports(tmp_path):
     assert {r["mode"] for r in sweep if r["threshold"] != "never"} == {"masked:0.4"} and s["methods"]["IRCoT"]["k"] == 2
     assert not s["skipped"] and s["methods"]["DRAGIN[step-level]"]["query_mode"] == "qfs"  # its env's default mode
     by_kind = s["oracle_gap_by"]["by chain_kind"]
-    assert sum(g["learned[QueryGen](λ=0.1)"]["n"] for g in by_kind.values()) == 16
-    learned = s["methods"]["learned[QueryGen](λ=0.1)"]
+    assert sum(g[name]["n"] for g in by_kind.values()) == 16
+    learned = s["methods"][name]
     assert learned["n"] == 16 and learned["query_mode"] == "policy's QueryGen head"
     assert (out / "train" / "policy_trigger" / "spec.json").is_file() and (out / "train" / "curves.png").is_file()
-    assert (out / "bench" / "report.html").is_file()
+    assert (head / "report.html").is_file() and "[bench/lambda=0.1/report.html]" in report
     # the recipe's RSUS reads the proxy this job trained (into its own folder): the policy records it, the benchmark
     # ran every method in that env, and a rerun keeps it
     mine = str(out / "probes" / "rsus_proxy")
     assert (out / "probes" / "rsus_proxy" / "probe.json").is_file() and "U_verb proxy" in report
     spec = json.loads((out / "train" / "policy_trigger" / "spec.json").read_text())
     assert spec["env_config"]["rsus_components"] == ["verb", "ent"]
+    assert spec["env_config"]["observe_costs"] == ["retrieval_calls"]  # the policy reads λ
     assert spec["env_config"]["rsus_options"]["verb_proxy"] == mine
-    cfg = json.loads((out / "bench" / "config.json").read_text())
+    cfg = json.loads((head / "config.json").read_text())
     assert cfg["env"]["rsus_options"]["verb_proxy"] == mine and "runs/probes/rsus_proxy" not in json.dumps(cfg)
     assert json.loads((out / "timings.json").read_text())["proxy_s"] > 0
     # ... and retrieves through the ColBERT checkpoint and PLAID index this job built into its own folder
@@ -97,6 +107,6 @@ def test_quickstart_trains_benchmarks_and_reports(tmp_path):
     (tmp_path / "colbert.yaml").write_text(yaml.safe_dump(colbert))
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert r.returncode == 2 and f"remove {out / 'train'} and {out / 'bench'}" in r.stderr, r.stderr[-3000:]
-    assert "train/checkpoints" in r.stderr and "bench/per_question" in r.stderr
+    assert "train/checkpoints" in r.stderr and "bench/lambda=0.1/per_question" in r.stderr
     assert "[1/4]" not in r.stderr  # refused before the world check
     assert (out / "probes" / "rsus_proxy" / "probe.json").read_bytes() == proxy_json

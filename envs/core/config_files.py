@@ -10,7 +10,9 @@ that are not UTF-8 are named with their line — and resolves **inheritance**: a
   parent; a cycle is an error.
 * Merging: a mapping in the child is merged key by key into the parent's mapping (``env_config: {seed: 1}`` changes
   one key of the parent's env); any other value — a number, a string, a list — replaces the parent's. ``KEY+: [...]``
-  appends to the parent's list ``KEY`` (a benchmark adding a row to its parent's ``methods``).
+  appends to the parent's list ``KEY`` (a benchmark adding a row to its parent's ``methods``); ``KEY-: [...]`` removes
+  from it the entries named (a mapping by its ``name``, anything else by its value) — before any ``KEY+`` of the same
+  file; a name the parent's list does not hold is an error.
 * :func:`read_config` returns the merged mapping and, for every leaf key path, the file that set it
   (``kairos config show FILE`` prints both).
 
@@ -18,10 +20,11 @@ Example:
     >>> import tempfile, pathlib
     >>> d = pathlib.Path(tempfile.mkdtemp())
     >>> _ = (d / "parent.yaml").write_text("iterations: 50\\nalgo: {lr: 0.001, baseline: value}\\nseeds: [0]\\n")
-    >>> _ = (d / "child.yaml").write_text(f"base: {d / 'parent.yaml'}\\nalgo: {{lr: 0.01}}\\nseeds+: [1, 2]\\n")
+    >>> _ = (d / "child.yaml").write_text(f"base: {d / 'parent.yaml'}\\nalgo: {{lr: 0.01}}\\nseeds+: [1, 2]\\n"
+    ...                                   "seeds-: [0]\\n")
     >>> data, sources = read_config(d / "child.yaml")
     >>> data
-    {'iterations': 50, 'algo': {'lr': 0.01, 'baseline': 'value'}, 'seeds': [0, 1, 2]}
+    {'iterations': 50, 'algo': {'lr': 0.01, 'baseline': 'value'}, 'seeds': [1, 2]}
     >>> sources["algo.lr"].endswith("child.yaml"), sources["algo.baseline"].endswith("parent.yaml")
     (True, True)
 """
@@ -43,6 +46,8 @@ class ConfigError(ValueError):
 BASE_KEY = "base"
 #: a key ending in this appends its list to the parent's list of the key without it
 APPEND = "+"
+#: a key ending in this removes the entries it names from the parent's list of the key without it
+REMOVE = "-"
 
 
 def _loader(path: Path):
@@ -135,31 +140,34 @@ def read_config(path: str | Path, _chain: tuple[Path, ...] = ()) -> tuple[dict[s
 
 
 def _check_appends(data: dict, path: Path, prefix: str = "") -> None:
-    """``KEY+`` needs a parent list to append to: an error where ``data`` has none."""
+    """``KEY+`` / ``KEY-`` need a parent list to change: an error where ``data`` has none."""
     for k, v in data.items():
-        if isinstance(k, str) and k.endswith(APPEND):
-            raise ConfigError(f"{path}: '{prefix}{k}' appends to the parent's list '{prefix}{k[:-1]}', but this file "
+        if isinstance(k, str) and k.endswith((APPEND, REMOVE)):
+            verb = "appends to" if k.endswith(APPEND) else "removes from"
+            raise ConfigError(f"{path}: '{prefix}{k}' {verb} the parent's list '{prefix}{k[:-1]}', but this file "
                               f"names no parent ('{BASE_KEY}: FILE'); write '{k[:-1]}:' instead")
         if isinstance(v, dict):
             _check_appends(v, path, f"{prefix}{k}.")
 
 
 def _merge(into: dict, sources: dict[str, str], child: dict, path: Path, prefix: str) -> None:
-    """Merge ``child`` into ``into`` in place (mappings key by key, anything else replaced, ``KEY+`` appended)."""
-    for k, v in child.items():
+    """Merge ``child`` into ``into`` in place (mappings key by key, anything else replaced, ``KEY-`` removed from and
+    then ``KEY+`` appended to the parent's list)."""
+    removals_first = sorted(child.items(), key=lambda kv: not (isinstance(kv[0], str) and kv[0].endswith(REMOVE)))
+    for k, v in removals_first:
         key = f"{prefix}{k}"
-        if isinstance(k, str) and k.endswith(APPEND):
-            name = k[: -len(APPEND)]
+        if isinstance(k, str) and k.endswith((APPEND, REMOVE)):
+            name, verb = k[:-1], ("appends to" if k.endswith(APPEND) else "removes from")
             old = into.get(name)
             if not isinstance(v, list):
-                raise ConfigError(f"{path}: '{key}' appends to the parent's list '{prefix}{name}': its value must be "
+                raise ConfigError(f"{path}: '{key}' {verb} the parent's list '{prefix}{name}': its value must be "
                                   f"a list, got {type(v).__name__}")
             if not isinstance(old, list):
                 held = "has no such key" if name not in into else f"holds a {type(old).__name__} there"
-                raise ConfigError(f"{path}: '{key}' appends to the parent's list '{prefix}{name}', but the parent "
+                raise ConfigError(f"{path}: '{key}' {verb} the parent's list '{prefix}{name}', but the parent "
                                   f"{held}; write '{name}:' to set it")
-            into[name] = old + copy.deepcopy(v)
-            sources[f"{prefix}{name}"] = f"{sources.get(prefix + name, '?')} + {path}"
+            into[name] = old + copy.deepcopy(v) if k.endswith(APPEND) else _without(old, v, path, key)
+            sources[f"{prefix}{name}"] = f"{sources.get(prefix + name, '?')} {k[-1]} {path}"
         elif isinstance(v, dict) and isinstance(into.get(k), dict):
             _merge(into[k], sources, v, path, f"{key}.")
         else:
@@ -170,6 +178,21 @@ def _merge(into: dict, sources: dict[str, str], child: dict, path: Path, prefix:
             into[k] = copy.deepcopy(v)
             for leaf in _leaves(v, f"{key}") if isinstance(v, dict) else [key]:
                 sources[leaf] = str(path)
+
+
+def _entry_name(entry: Any) -> Any:
+    """What ``KEY-`` matches an entry by: a mapping's ``name``, anything else itself."""
+    return entry.get("name") if isinstance(entry, dict) else entry
+
+
+def _without(entries: list, names: list, path: Path, key: str) -> list:
+    """``entries`` less those ``names`` names; a name no entry has is an error listing the names there are."""
+    held = [_entry_name(e) for e in entries]
+    missing = [n for n in names if n not in held]
+    if missing:
+        raise ConfigError(f"{path}: '{key}' removes {missing}, but the parent's list holds no such entry (it holds "
+                          f"{held}); give the names exactly as the parent writes them")
+    return [e for e in entries if _entry_name(e) not in names]
 
 
 def _leaves(data: Any, prefix: str = "") -> list[str]:

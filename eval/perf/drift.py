@@ -30,7 +30,7 @@ Output: a table, ``drift.json`` and ``drift.md`` under ``--out``; each stage's f
 
 Example (the main job's recipe: 18.7 min on 2 CPUs, its first two runs labelling cold; one heavy job at a time)::
 
-    kairos bench drift --config configs/train_microworld_rsus_verb_ent.yaml --bench configs/bench_microworld.yaml \\
+    kairos bench drift --config configs/train_microworld_conditioned.yaml --bench configs/bench_microworld.yaml \\
         --isa avx512 avx2 --out runs/bench/float_drift
 
 Measured (docs/results.md, "Where float drift enters"): the drift enters at the warm-start fit; the env's flips no
@@ -71,7 +71,7 @@ KEEP_DEFAULT = ("CoT", "Entropy[q: dev]", "CacheOracle[q: info_need, step]")
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("drift", help="where float drift enters a training run: the same run under two CPU "
                                      "instruction sets on one machine (env, warm start, REINFORCE, benchmark rows)")
-    p.add_argument("--config", default="configs/train_microworld_rsus_verb_ent.yaml", help="the training config")
+    p.add_argument("--config", default="configs/train_microworld_conditioned.yaml", help="the training config")
     p.add_argument("--bench", default="configs/bench_microworld.yaml",
                    help="the policy benchmark whose env, splits and rows evaluate the runs (its learned rows whose "
                         "path lies in --policy-root are repeated for every run)")
@@ -324,18 +324,18 @@ def bench_config(bench_yaml: str, train_out_dir: str, out: Path, names: list[str
     missing = [k for k in keep if k not in {m.get("name") for m in methods}]
     if missing:
         raise ConfigError(f"{bench_yaml}: --keep names rows it lacks: {missing}")
-    root = str(Path(train_out_dir))
-    learned = [m for m in methods if m.get("kind") == "learned" and str(m.get("path", "")).startswith(root)]
+    root = Path(train_out_dir)
+    learned = [m for m in methods if m.get("kind") == "learned" and Path(str(m.get("path", ""))).is_relative_to(root)]
     if not learned:
         raise ConfigError(f"{bench_yaml}: no learned row reads a policy under {root} (the training config's "
                           "out_dir, or --policy-root): nothing of the runs to evaluate")
     rows = [m for m in methods if m.get("name") in keep]
     for m in learned:
         for n in names:
-            rel = str(m["path"])[len(root):].lstrip("/")
+            rel = Path(str(m["path"])).relative_to(root)
             rows.append({**m, "name": f"{m['name']} [{n}]", "path": str(run_dir(out, n) / "train" / rel),
                          "group": None})
-    raw.update(name="float_drift", out_dir=str(out / "bench"), methods=rows)
+    raw.update(name="float_drift", out_dir=str(out / "bench"), methods=rows, lambdas=[])  # at the headline λ only
     return BenchConfig.from_dict(raw, where=bench_yaml), learned
 
 

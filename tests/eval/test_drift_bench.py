@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from envs.core.config import ConfigError
+from envs.core.config import ConfigError, read_yaml_mapping
 from eval.perf import drift as db
 
 
@@ -105,17 +105,20 @@ def test_bench_config_repeats_the_learned_rows_per_run_and_names_what_is_wrong(t
     assert [(r.records_from_reference, r.warmstart_from_reference) for r in db.plan_runs(["avx512", "avx2"])] == \
         [(False, False), (False, False), (True, False), (True, True)]
     bench = _bench_yaml(tmp_path)
-    cfg, learned = db.bench_config(bench, "runs/train/microworld_rsus_verb_ent", tmp_path,
+    cfg, learned = db.bench_config(bench, "runs/train/microworld_conditioned", tmp_path,
                                    names, ["CoT", "CacheOracle[q: info_need, step]"])
     rows = {m.name: m for m in cfg.methods}
-    assert {m["name"] for m in learned} == {"classifier[QueryGen] (warm start)", "learned[QueryGen](λ=0.1)"}
+    main = "conditioned[QueryGen](λ: 0.5→[0.02, 0.5])(s0)"
+    assert {m["name"] for m in learned} == {main}
     assert set(rows) == {"CoT", "CacheOracle[q: info_need, step]"} | {
         f"{m['name']} [{n}]" for m in learned for n in names}
-    moved = rows["learned[QueryGen](λ=0.1) [avx2[warm start, records: avx512]]"]
+    moved = rows[f"{main} [avx2[warm start, records: avx512]]"]
     assert moved.path == str(tmp_path / "runs" / "avx2_warm_start_records_avx512" / "train" / "policy")
-    assert moved.select_on_dev and cfg.out_dir == str(tmp_path / "bench")
+    assert moved.select_on_dev and cfg.out_dir == str(tmp_path / "bench") and cfg.lambdas == []
+    with pytest.raises(ConfigError, match="no learned row reads a policy under runs/train/microworld_cond "):
+        db.bench_config(bench, "runs/train/microworld_cond", tmp_path, names, ["CoT"])  # a prefix is not a folder
     with pytest.raises(ConfigError, match=r"--keep names rows it lacks: \['Nope'\]"):
-        db.bench_config(bench, "runs/train/microworld_rsus_verb_ent", tmp_path, names, ["Nope"])
+        db.bench_config(bench, "runs/train/microworld_conditioned", tmp_path, names, ["Nope"])
     with pytest.raises(ConfigError, match="no learned row reads a policy under runs/train/elsewhere"):
         db.bench_config(bench, "runs/train/elsewhere", tmp_path, names, ["CoT"])
 
@@ -144,7 +147,7 @@ def test_the_whole_run_at_smoke_size(tmp_path):
     """Four tiny training runs under two instruction sets every x86-64 CPU has, their env records, and one
     benchmark of their policies: the runs on the reference's records find them, the REINFORCE-only run starts from
     the reference's warm start exactly."""
-    t = yaml.safe_load(open("configs/train_microworld_rsus_verb_ent.yaml"))
+    t = read_yaml_mapping("configs/train_microworld_conditioned.yaml")  # the main job's recipe, its base merged
     t.update(iterations=2, checkpoint_every=1, snapshot_every=1, out_dir=str(tmp_path / "ref"))
     t["algo"]["episodes_per_batch"] = 16
     t["env_config"].update(max_questions=32, cache_path=str(tmp_path / "cache.sqlite"), rsus_components=["ent"],
@@ -157,7 +160,7 @@ def test_the_whole_run_at_smoke_size(tmp_path):
     b.update(dev="0:10", test="10:26", n_resamples=200, test_curves=False, workers=1)
     for m in b["methods"]:
         if m["kind"] == "learned":
-            m["path"] = m["path"].replace("runs/train/microworld_rsus_verb_ent", str(tmp_path / "ref"))
+            m["path"] = m["path"].replace("runs/train/microworld_conditioned", str(tmp_path / "ref"))
     (tmp_path / "bench.yaml").write_text(yaml.safe_dump(b))
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "eval", "bench", "drift", "--config", str(tmp_path / "train.yaml"), "--bench",
@@ -173,6 +176,6 @@ def test_the_whole_run_at_smoke_size(tmp_path):
     assert first["snapshot"] == "iter_0000" and first["avx2 vs default[warm start, records: avx2]"] == 0.0
     rec = d["cache_records"]  # the reference's records copied: the run on them adds fewer than the reference did
     assert rec["(copied from)"] == 0 and 0 <= rec["default[records: avx2]"] - rec["avx2"] < rec["avx2"]
-    assert set(d["rows"]) == {"CoT"} | {f"{m} [{n}]" for m in ("classifier[QueryGen] (warm start)",
-                                                             "learned[QueryGen](λ=0.1)") for n in d["runs"]}
-    assert len(d["agreement"]) == 6 and "| REINFORCE |" in (out / "drift.md").read_text()
+    main = "conditioned[QueryGen](λ: 0.5→[0.02, 0.5])(s0)"  # the main job's learned row, per run
+    assert set(d["rows"]) == {"CoT"} | {f"{main} [{n}]" for n in d["runs"]}
+    assert len(d["agreement"]) == 3 and "| REINFORCE |" in (out / "drift.md").read_text()
