@@ -379,7 +379,7 @@ def _frontier_section(summary: dict) -> str:
             lines += ["", f"Area between its frontier and the best fixed frontier over {a['range'][0]:.2f}–"
                           f"{a['range'][1]:.2f} calls: {a['area']:+.4f} ({a['mean_advantage']:+.3f} accuracy on "
                           "average at equal calls). Details: [bench/budgets.md](bench/budgets.md)."]
-    return "\n".join(lines) + f"\n\n## The headline: λ = {b['headline_lambda']:g}\n\n"
+    return "\n".join(lines) + "\n\n"
 
 
 def _report(metrics, tsum, summary, timings, format_metrics, psum=None, bench=Path("bench")) -> str:
@@ -421,8 +421,13 @@ def _report(metrics, tsum, summary, timings, format_metrics, psum=None, bench=Pa
                  f"held-out dev questions (token entropy {a.get('eval_entropy', '–')}). On held-out questions of "
                  "the training facts it recognises their wrong statements; on facts it never saw it is not better "
                  "than entropy (docs/results.md).\n\n")
+    top = ""
+    if summary.get("budgets"):  # the frontier first, then the headline at its λ (section 3 keeps the table)
+        top = (_frontier_section(summary) + f"## The headline: λ = {summary['budgets']['headline_lambda']:g}\n\n"
+               + "\n\n".join(headline) + "\n\n")
+        headline = [f"At λ = {summary['budgets']['headline_lambda']:g} (the headline above):"]
     return (
-        "# Kairos quickstart: the micro-world\n\n" + _frontier_section(summary)
+        "# Kairos quickstart: the micro-world\n\n" + top
         + f"Wall time {timings['total_s'] / 60:.1f} min (world evaluation {timings['world_eval_s']:.0f} s, "
         + (f"U_verb proxy {timings['proxy_s']:.0f} s, " if "proxy_s" in timings else "")
         + (f"ColBERT checkpoint and PLAID index {timings['retriever_s']:.0f} s, " if "retriever_s" in timings else "")

@@ -290,21 +290,23 @@ def plot_frontier(b: dict[str, Any], out_png: str | Path) -> Path:
     if orc:
         ax.plot([o["calls"] for o in orc], [o["accuracy"] for o in orc], color="grey", marker="D", ms=5, lw=1.0,
                 label="cache oracle at each λ")
+    conditioned = iter([("crimson", "*"), ("navy", "X"), ("darkgoldenrod", "D"), ("teal", "^")])  # one per curve
     for j, (g, pts) in enumerate(b["curves"]["learned"].items()):
         if not pts:
             continue
         cond = b["groups"][g]["conditioned"]
-        color = "crimson" if cond else plt.get_cmap("Dark2").colors[j % 8]
+        color, marker = next(conditioned, ("crimson", "*")) if cond else (plt.get_cmap("Dark2").colors[j % 8], "P")
         if cond:
-            ax.plot([p["calls"] for p in pts], [p["accuracy"] for p in pts], color=color, marker="*", ms=13, lw=2.0,
-                    label=f"{g} (one policy, told λ)", zorder=5)
-            for p in pts:
-                ax.annotate(f"λ={p['lambda']:g}", (p["calls"], p["accuracy"]), xytext=(5, -11),
+            ax.plot([p["calls"] for p in pts], [p["accuracy"] for p in pts], color=color, marker=marker,
+                    ms=13 if marker == "*" else 8, lw=2.0, label=f"{g} (one policy, told λ)", zorder=5)
+            ends = [(pts[0], 5), (pts[-1], -12)] if len(pts) > 1 else [(pts[0], 5)]  # the other λ lie between
+            for p, dy in ends:
+                ax.annotate(f"λ={p['lambda']:g}", (p["calls"], p["accuracy"]), xytext=(6, dy),
                             textcoords="offset points", fontsize=7.5, color=color)
         else:
             lam = b["groups"][g]["lam"]
             own = [p for p in pts if lam is not None and abs(p["lambda"] - float(lam)) < 1e-9] or pts
-            ax.scatter([p["calls"] for p in own], [p["accuracy"] for p in own], color=color, marker="P", s=90,
+            ax.scatter([p["calls"] for p in own], [p["accuracy"] for p in own], color=color, marker=marker, s=90,
                        edgecolors="black", linewidths=0.5, zorder=4, label=f"{g} (trained at one λ)")
     ax.set_xlabel("retrieval calls per question (test)")
     ax.set_ylabel("accuracy (test)")
