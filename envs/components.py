@@ -451,6 +451,10 @@ def env_corpus(config: EnvConfig):
         from envs.core.microworld.artifact import load_artifact
 
         return load_artifact(config.artifact, with_model=False).corpus()
+    if config.task == "microworld_chain":
+        from envs.microworld.chain import chain_corpus
+
+        return chain_corpus(config)
     from envs.qa_task import QATask
 
     return QATask(config.task, config.split, config.data_path).corpus(config.corpus)
@@ -501,19 +505,32 @@ def task_retriever(config: EnvConfig, corpus):  # shared by the real-data and mi
 
 
 def microworld_components(config: EnvConfig) -> Components:
-    from agents.query import QueryGenerator
     from envs.core.microworld.artifact import load_artifact
     from envs.microworld.task import MicroWorldTask
 
-    if config.reasoner != "micro":
-        raise ValueError(f"the micro-world task runs the micro-world LM (reasoner 'micro'), got '{config.reasoner}'")
-    if config.corpus is not None:
-        raise ValueError(f"EnvConfig.corpus {config.corpus!r}: the micro-world task searches its own world's fact "
-                         "corpus (leave corpus unset)")
+    check_micro(config, "micro-world")
     world = load_artifact(config.artifact, with_model=config.reasoner_service is None)  # served: no weights here
     task = MicroWorldTask(world, config.split, config.fact_holdout)
+    return world_components(config, world, task, world.corpus())
+
+
+def check_micro(config: EnvConfig, what: str) -> None:
+    """A micro-world task runs the micro-world LM over its own world's corpus (``what`` names the task)."""
+    if config.reasoner != "micro":
+        raise ValueError(f"the {what} task runs the micro-world LM (reasoner 'micro'), got '{config.reasoner}'")
+    if config.corpus is not None:
+        raise ValueError(f"EnvConfig.corpus {config.corpus!r}: the {what} task searches its own world's fact "
+                         "corpus (leave corpus unset)")
+
+
+def world_components(config: EnvConfig, world: Any, task: Any, corpus: Any, wrap=None) -> Components:
+    """The components of a task over a loaded micro-world: its reasoner (``wrap(reasoner)`` when given: e.g. the
+    chain of sub-questions, :mod:`envs.microworld.chain`), the retriever over ``corpus``, the signals and probes."""
+    from agents.query import QueryGenerator
+
     reasoner = build_reasoner(config, world)
-    corpus = world.corpus()
+    if wrap is not None:
+        reasoner = wrap(reasoner)
     retriever, prefetcher = with_prefetch(config, env_retriever(config, corpus), world.config.world.relations)
     querygen = QueryGenerator(list(config.query_modes))
     n_layers = world.model.config.num_hidden_layers
@@ -527,8 +544,6 @@ def microworld_components(config: EnvConfig) -> Components:
     feature_dims = {g: sum(dims[n] for n in group_signals()[g]) for g in record_groups(config)}
     probes = {}
     if config.probes:
-        from envs.core.microworld.artifact import world_model_id
-
         mid = world_model_id(world)
         probes = {name: DETECTORS.make("probe", path, expected_model_id=mid, model_layers=n_layers)
                   for name, path in config.probes.items()}

@@ -128,6 +128,28 @@ class FactHoldout(ConfigBase):
             raise ConfigError(f"{where}.keep must be 'train' or 'test', got {self.keep!r}")
 
 
+@dataclass
+class ChainSettings(ConfigBase):
+    """The micro-world's long chains (``EnvConfig.chain``, task ``microworld_chain``; :mod:`envs.microworld.chain`):
+    one episode walks through ``questions`` sub-questions of ``hops`` hops each, one after the other — a chain of
+    ``questions × (hops + 1)`` steps (each sub-question's steps and its answer line), one retrieval decision per
+    step, every sub-answer graded."""
+
+    questions: int = helpf(4, "sub-questions per chain (>= 1)", ge=1)
+    hops: int = helpf(3, "hops of every sub-question (the split's questions with that many hops are the pool)", ge=1)
+    count: int | None = helpf(None, "chains in the split: null = as many as the pool makes without reusing a "
+                                    "sub-question; N = N distinct chains, seeded draws (a sub-question may recur "
+                                    "across chains once N x questions exceeds the pool)", ge=1)
+    seed: int = helpf(0, "seed of the chains' draw and of the distractor passages")
+    distractors: int = helpf(0, "passages added to the world's fact corpus: true facts of other seeded worlds that "
+                                "name none of this world's entities (a larger corpus, same answers)", ge=0)
+
+    @property
+    def steps(self) -> int:
+        """The chain's length in steps when every sub-question takes its hops and its answer line."""
+        return self.questions * (self.hops + 1)
+
+
 def _off_holdout(data: dict[str, Any]) -> dict[str, Any]:
     """``fact_holdout: {}`` (how the settings have always said "off") is ``None``."""
     if isinstance(data.get("fact_holdout"), dict) and not data["fact_holdout"]:
@@ -139,8 +161,8 @@ def _off_holdout(data: dict[str, Any]) -> dict[str, Any]:
 class EnvConfig(ConfigBase):
     """Everything that determines an episode's outcome (it is part of the trajectory-cache key)."""
 
-    task: str = helpf("microworld", "question source, a registered task (envs.tasks.TASKS): microworld | hotpotqa | "
-                                    "medmcqa")
+    task: str = helpf("microworld", "question source, a registered task (envs.tasks.TASKS): microworld | "
+                                    "microworld_chain (long chains: see chain) | hotpotqa | medmcqa")
     split: str = helpf("train", "question split (micro-world: train | dev | test; hotpotqa: dev or a range 'dev[0:100]')")
     reasoner: str = helpf("micro", "reasoner backend name (micro | hf | openai)")
     reasoner_options: dict = helpf({}, "the backend's own settings (its config class's fields), e.g. for openai: "
@@ -152,6 +174,10 @@ class EnvConfig(ConfigBase):
                                                    "| test} — hold out a seeded share of the facts; 'train' keeps "
                                                    "the questions whose gold chain avoids them, 'test' those that "
                                                    "need one (null or {}: off)")
+    chain: ChainSettings | None = helpf(None, "task microworld_chain: {questions, hops, count, seed, distractors} — "
+                                              "each episode a chain of `questions` sub-questions of `hops` hops "
+                                              "(questions x (hops + 1) steps), every sub-answer graded; null with "
+                                              "that task: the defaults")
     data_path: str | None = helpf(None, "dataset file for real-data tasks (default: the shared data)")
     corpus: str | None = helpf(None, "what the retriever searches (real-data tasks): null = the task's own (its file's "
                                      "paragraphs; MedMCQA: explanations outside the split), 'paragraphs', "
@@ -268,7 +294,7 @@ class EnvConfig(ConfigBase):
         """As :meth:`ConfigBase.to_dict`; ``plugins`` only when set (an env without plug-ins keeps its cache
         namespace)."""
         out = super().to_dict()
-        for key in ("plugins", "observe_costs"):  # unset: the dict (and the cache namespace) as before the key
+        for key in ("plugins", "observe_costs", "chain"):  # unset: the dict (and the cache namespace) as before the key
             if not out.get(key):
                 out.pop(key, None)
         return out
@@ -399,6 +425,15 @@ class EnvConfig(ConfigBase):
                               f"{self.max_questions}")
         if self.fact_holdout is not None and self.task != "microworld":
             raise ConfigError(f"{where}: fact_holdout is a micro-world condition (task: microworld)")
+        if self.chain is not None and self.task != "microworld_chain":
+            raise ConfigError(f"{where}: chain holds the settings of task 'microworld_chain' (long chains of "
+                              f"sub-questions); set task: microworld_chain or drop chain (task is '{self.task}')")
+        if self.task == "microworld_chain":
+            chain = self.chain or ChainSettings()
+            if self.max_steps < chain.steps:
+                raise ConfigError(f"{where}: max_steps ({self.max_steps}) would cut the chain before its last "
+                                  f"sub-question: {chain.questions} sub-questions x ({chain.hops} hops + the answer "
+                                  f"line) = {chain.steps} steps; set max_steps: {chain.steps} or more")
         if self.content_layers is not None and (not self.content_layers or min(self.content_layers) < 0):
             raise ConfigError(f"{where}: content_layers must be a non-empty list of layer indices >= 0, got "
                               f"{self.content_layers}")

@@ -17,8 +17,8 @@ Plug in your own::
         return qa_components(config, task=MyTask(config.split))   # any object implementing Task
 
 Example:
-    >>> TASKS.names()[:4]
-    ['microworld', 'questions', 'hotpotqa', 'musique']
+    >>> TASKS.names()[:5]
+    ['microworld', 'questions', 'microworld_chain', 'hotpotqa', 'musique']
     >>> isinstance(object(), Task)
     False
 """
@@ -52,6 +52,8 @@ class _TaskRegistry(Registry):
 TASKS: Registry = _TaskRegistry("task")
 TASKS.register_path("microworld", "envs.components:microworld_components", labels=True)
 TASKS.register_path("questions", "envs.ungraded:questions_components", labels=False)  # user questions, ungraded
+# the micro-world's long chains: sub-questions in turn (EnvConfig.chain; envs.microworld.chain)
+TASKS.register_path("microworld_chain", "envs.microworld.chain:chain_components", labels=True)
 
 
 @runtime_checkable

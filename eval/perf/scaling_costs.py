@@ -1,0 +1,328 @@
+"""The measurements of ``kairos bench scaling`` (:mod:`eval.perf.scaling`): what one cost of Kairos takes, measured
+from outside the code that pays it.
+
+:class:`Meter` wraps one measurement: wall and CPU seconds, the tokens the reasoner generated (every step it returned,
+sampled alternatives included) and the LM's forward passes (counted at the model's ``forward``), the peak resident
+memory above the measurement's start (sampled every 5 ms) and the bytes of trajectory-cache records it wrote (the
+encoded records in its own SQLite cache file). Each cost function runs the real code on a cold cache of its own:
+
+* :func:`episode_cost` — episodes of a Bernoulli(0.3) retrieval policy (``train.evaluate.evaluate_policy``);
+* :func:`labels_cost` — the counterfactual warm start's labels (``train.counterfactual.counterfactual_labels``,
+  π₀ = never): every decision of π₀'s path flipped and continued to the answer;
+* :func:`oracle_cost` — the cache oracle (``eval.bench.calibration.cache_oracle``: the best leaf per question at λ);
+* :func:`oracle_labels_cost` — the exact oracle's action values at every decision of π₀'s path (DAgger's labels,
+  ``envs.oracle.oracle_action_values``);
+* :func:`reinforce_cost` — one REINFORCE iteration in this process: a batch of episodes sampled from a fresh
+  :class:`policies.rl.net.PolicyNet`, then one update with ``train.reinforce.reinforce_loss`` (RLlib's EnvRunner and
+  Learner actors are not started: Ray's start-up would dominate at this size);
+* :func:`benchmark_cost` — the fixed triggers' runs the policy benchmark makes per test question (CoT, always,
+  Bernoulli(0.3), MinProb < 0.5) on one shared cache;
+* :func:`index_cost` / :func:`search_cost` — building a retriever's index of a corpus, and one query's search.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+#: λ of retrieval calls of every measured reward
+LAMBDA = 0.1
+#: the oracles' leaf cap (``envs.oracle``'s default): a question whose search reaches it is not searched exactly —
+#: the cache oracle says so in ``leaf_cap_share``, the exact oracle's labels refuse (the size is then not measured)
+MAX_LEAVES = 4096
+
+
+def rss_bytes() -> int:
+    """This process's resident memory (``/proc/self/statm``)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class Meter:
+    """One measurement's counters (see the module docstring); ``with meter.running(components, cache_path):``."""
+
+    def __init__(self):
+        self.wall = self.cpu = 0.0
+        self.tokens = self.forwards = self.peak_rss = self.cache_bytes = 0
+
+    @contextlib.contextmanager
+    def running(self, components: Any = None, cache_path: Path | None = None) -> Iterator[Meter]:
+        start_rss, peak, stop = rss_bytes(), [0], threading.Event()
+
+        def sample() -> None:
+            while not stop.is_set():
+                peak[0] = max(peak[0], rss_bytes())
+                stop.wait(0.005)
+
+        thread = threading.Thread(target=sample, daemon=True)
+        undo = self._count(components) if components is not None else []
+        thread.start()
+        t0, c0 = time.perf_counter(), time.process_time()
+        try:
+            yield self
+        finally:
+            self.wall, self.cpu = time.perf_counter() - t0, time.process_time() - c0
+            stop.set()
+            thread.join()
+            self.peak_rss = max(0, max(peak[0], rss_bytes()) - start_rss)
+            for fn in undo:
+                fn()
+            if cache_path is not None:
+                self.cache_bytes = stored_bytes(cache_path)
+
+    def _count(self, components: Any) -> list:
+        """Count the generated tokens (at the reasoner) and the LM's forward passes (at its model) while running."""
+        reasoner = components.reasoner
+        next_step, sample = reasoner.next_step, reasoner.sample_alternatives
+
+        def counted_next(states):
+            out = next_step(states)
+            self.tokens += sum(int(step.n_tokens) for step, _ in out)
+            return out
+
+        def counted_sample(*a, **kw):
+            alts = sample(*a, **kw)
+            self.tokens += int(getattr(alts, "tokens", 0) or 0)
+            return alts
+
+        reasoner.next_step, reasoner.sample_alternatives = counted_next, counted_sample
+        undo = [lambda: delattr(reasoner, "next_step"), lambda: delattr(reasoner, "sample_alternatives")]
+        model = getattr(reasoner, "model", None)
+        if model is not None:
+            forward = model.forward
+
+            def counted_forward(*a, **kw):
+                self.forwards += 1
+                return forward(*a, **kw)
+
+            model.forward = counted_forward
+            undo.append(lambda: delattr(model, "forward"))
+        return undo
+
+    def row(self, n: int, unit: str = "question", **extra: Any) -> dict[str, Any]:
+        """The measurement per ``unit`` (``n`` of them) and in total."""
+        per = max(1, n)
+        return {"n": n, "unit": unit, "wall_s": self.wall / per, "cpu_s": self.cpu / per,
+                "tokens": self.tokens / per, "forwards": self.forwards / per, "peak_rss_mb": self.peak_rss / 2**20,
+                "cache_bytes": self.cache_bytes / per, "total_wall_s": self.wall, "total_tokens": self.tokens,
+                "total_cache_bytes": self.cache_bytes,
+                **extra}
+
+
+def stored_bytes(path: Path) -> int:
+    """Bytes of the encoded records in a trajectory-cache file (what its ``steps`` table stores)."""
+    if not Path(path).is_file():
+        return 0
+    db = sqlite3.connect(str(path))
+    try:
+        return int(db.execute("SELECT COALESCE(SUM(LENGTH(value)), 0) FROM steps").fetchone()[0])
+    finally:
+        db.close()
+
+
+@contextlib.contextmanager
+def cold_cache(cfg: Any) -> Iterator[tuple[Any, Path]]:
+    """``(cfg with a fresh SQLite trajectory cache, its path)``: a measurement that starts from nothing cached."""
+    with tempfile.TemporaryDirectory(prefix="kairos-scaling-") as tmp:
+        path = Path(tmp) / "cache.sqlite"
+        yield cfg.replace(cache_path=str(path)), path
+
+
+# ------------------------------------------------------------------------------------------------ the costs
+def episode_cost(cfg: Any, comps: Any, questions: list[int], batch: int, p: float = 0.3) -> dict[str, Any]:
+    """Episodes of a Bernoulli(``p``) retrieval policy (1.0: always retrieve, up to the env's caps), per episode."""
+    from policies.triggers import AlwaysTrigger, RandomTrigger
+    from train.evaluate import evaluate_policy
+
+    policy = AlwaysTrigger() if p >= 1.0 else RandomTrigger(p, seed=0)
+    with cold_cache(cfg) as (c, path), Meter().running(comps, path) as m:
+        r = evaluate_policy(policy, c, questions, batch_size=batch, components=comps, progress="episodes")
+    return m.row(len(questions), "episode", steps=r["steps_per_question"], accuracy=r["accuracy"],
+                 calls=r["calls_per_question"])
+
+
+def labels_cost(cfg: Any, comps: Any, questions: list[int], batch: int) -> dict[str, Any]:
+    """The counterfactual warm start's labels (π₀ = never), per question; ``decisions``: labelled decisions."""
+    from train.counterfactual import counterfactual_labels
+    from train.warmstart import WarmStartOptions
+
+    opts = WarmStartOptions(enabled=True, questions=None, behavior="never", batch_envs=batch)
+    with tempfile.TemporaryDirectory(prefix="kairos-scaling-labels-") as out, cold_cache(cfg) as (c, path), \
+            Meter().running(comps, path) as m:
+        res = counterfactual_labels(c, questions, opts, LAMBDA, Path(out), components=comps, progress=True)
+    n_dec = int(len(res["y"]))
+    return m.row(len(questions), "question", decisions=n_dec / max(1, len(questions)),
+                 tokens_per_decision=m.tokens / max(1, n_dec), wall_s_per_decision=m.wall / max(1, n_dec),
+                 positive_share=float(np.mean(res["y"])) if n_dec else float("nan"))
+
+
+def oracle_cost(cfg: Any, comps: Any, questions: list[int], batch: int) -> dict[str, Any]:
+    """The cache oracle (the best leaf of each question's decision tree at λ), per question."""
+    from types import SimpleNamespace
+
+    from eval.bench.calibration import cache_oracle
+
+    if list(questions) != list(range(len(questions))):
+        raise ValueError("oracle_cost measures the first questions of the split: give question indices 0 … n-1")
+    with cold_cache(cfg) as (c, path), Meter().running(comps, path) as m:
+        runner = SimpleNamespace(env_config=c, cfg=SimpleNamespace(batch_size=batch), components=comps)
+        r = cache_oracle(runner, range(len(questions)), LAMBDA, max_leaves=MAX_LEAVES)
+    leaves = [e["leaves"] for e in r["episodes"]]
+    return m.row(len(questions), "question", leaves=float(np.mean(leaves)), accuracy=r["accuracy"],
+                 calls=r["calls_per_question"], leaf_cap_share=float(np.mean([n >= MAX_LEAVES for n in leaves])))
+
+
+def oracle_labels_cost(cfg: Any, comps: Any, questions: list[int], batch: int) -> dict[str, Any]:
+    """The exact oracle's action values at every decision of π₀'s (never's) path, per question (DAgger's labels)."""
+    from tqdm.auto import tqdm
+
+    from envs.oracle import oracle_action_values
+    from envs.vector import BatchedRetrievalEnv
+    from policies.triggers import NeverTrigger
+    from train.evaluate import evaluate_policy
+
+    with cold_cache(cfg) as (c, path), Meter().running(comps, path) as m:
+        c = c.replace(max_questions=None)
+        r = evaluate_policy(NeverTrigger(), c, questions, batch_size=batch, components=comps, return_episodes=True,
+                            progress="oracle labels: π₀ episodes")
+        states = [(e["question_index"], (0,) * t) for e in r["episodes"] for t in range(int(e["steps"]))]
+        venv = BatchedRetrievalEnv(batch, c, components=comps)
+        try:
+            with tqdm(desc="oracle labels (decision-tree search)", unit="leaf", leave=False) as bar:
+                oracle_action_values(venv, states, LAMBDA, max_leaves=MAX_LEAVES, progress=bar)
+        finally:
+            venv.close()
+    return m.row(len(questions), "question", decisions=len(states) / max(1, len(questions)),
+                 tokens_per_decision=m.tokens / max(1, len(states)))
+
+
+class SampledPolicy:
+    """A policy network's stochastic policy (what REINFORCE samples with); every decision's observation and action
+    go to ``log`` (shared by its copies)."""
+
+    name = "sampled"
+
+    def __init__(self, net: Any, log: list, seed: int = 0):
+        import torch
+
+        self.net, self.log, self.seed = net, log, seed
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def reset(self, seed: int | None = None) -> None:
+        import torch
+
+        self.gen = torch.Generator().manual_seed(self.seed * 1_000_003 + (seed or 0))
+
+    def decide(self, observation: dict, info: dict) -> int:
+        import torch
+
+        with torch.no_grad():
+            obs = {k: torch.as_tensor(np.asarray(v, dtype=np.float32))[None] for k, v in observation.items()}
+            p = torch.softmax(self.net.forward_heads(obs)["retrieve_logits"][0], -1)
+        a = int(torch.multinomial(p, 1, generator=self.gen))
+        self.log.append(({k: np.asarray(v, dtype=np.float32) for k, v in observation.items()}, a))
+        return a
+
+
+def reinforce_cost(cfg: Any, comps: Any, questions: list[int], batch: int) -> dict[str, Any]:
+    """One REINFORCE iteration over ``questions`` (one episode each): sampled episodes, returns-to-go (γ = 1), one
+    update with ``train.reinforce.reinforce_loss`` (mean baseline, normalised advantages); per iteration."""
+    import torch
+
+    from envs.rollout import run_episodes
+    from envs.vector import BatchedRetrievalEnv
+    from policies.rl.compat import env_field_sizes
+    from policies.rl.net import PolicyNet, PolicySpec
+    from train.reinforce import reinforce_loss
+
+    with cold_cache(cfg) as (c, path), Meter().running(comps, path) as m:
+        venv = BatchedRetrievalEnv(min(batch, len(questions)), c, components=comps)
+        torch.manual_seed(0)
+        net = PolicyNet(PolicySpec(fields=env_field_sizes(venv.single_observation_space)))
+        opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+        log: list = []
+        events: list[tuple[int, float]] = []  # (question, reward) per decision, in the order the policy decided
+        try:
+            for ev in run_episodes(venv.envs, SampledPolicy(net, log), questions):
+                events.append((ev.question_index, ev.reward))
+        finally:
+            venv.close()
+        obs = {k: torch.as_tensor(np.stack([o[k] for o, _ in log])) for k in log[0][0]}
+        net.update_normalizer(obs)
+        heads = net.forward_heads(obs)
+        logp_all = torch.log_softmax(heads["retrieve_logits"], -1)
+        acts = torch.as_tensor([a for _, a in log])
+        loss = reinforce_loss(logp_all.gather(1, acts[:, None])[:, 0], -(logp_all.exp() * logp_all).sum(-1),
+                              torch.as_tensor(returns_to_go(events)), heads["value"],
+                              baseline="mean", normalize_advantages=True, entropy_coeff=0.01)["total_loss"]
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return m.row(1, "iteration", episodes=len(questions), decisions=len(log))
+
+
+def returns_to_go(events: list[tuple[int, float]]) -> list[float]:
+    """Each decision's return-to-go (γ = 1: the rewards of its episode from it on), in the order of ``events``
+    (``(episode, reward)`` per decision, episodes interleaved as a batched rollout yields them).
+
+    >>> returns_to_go([(0, -0.1), (1, 0.0), (0, 1.0), (1, -0.1)])
+    [0.9, -0.1, 1.0, -0.1]
+    """
+    by_ep: dict[int, list[float]] = {}
+    for ep, r in events:
+        by_ep.setdefault(ep, []).append(r)
+    rtg = {ep: list(np.cumsum(rs[::-1])[::-1]) for ep, rs in by_ep.items()}
+    seen: dict[int, int] = {}
+    out = []
+    for ep, _ in events:
+        i = seen.get(ep, 0)
+        seen[ep] = i + 1
+        out.append(round(float(rtg[ep][i]), 12))
+    return out
+
+
+def benchmark_cost(cfg: Any, comps: Any, questions: list[int], batch: int) -> dict[str, Any]:
+    """The policy benchmark's fixed-trigger runs on one shared cache, per question."""
+    from policies.triggers import AlwaysTrigger, NeverTrigger, RandomTrigger, ThresholdTrigger
+    from train.evaluate import evaluate_policy
+
+    triggers = [NeverTrigger(), AlwaysTrigger(), RandomTrigger(0.3, seed=0), ThresholdTrigger("minprob", 0.5, "below")]
+    with cold_cache(cfg) as (c, path), Meter().running(comps, path) as m:
+        for t in triggers:
+            evaluate_policy(t, c, questions, batch_size=batch, components=comps, progress=f"benchmark: {t.name}")
+    return m.row(len(questions), "question", methods=len(triggers))
+
+
+#: cost name -> its function ``(env config, components, question indices, batch) -> row``
+COSTS = {"episode": episode_cost, "labels": labels_cost, "oracle": oracle_cost, "oracle_labels": oracle_labels_cost,
+         "reinforce": reinforce_cost, "benchmark": benchmark_cost}
+
+
+# ------------------------------------------------------------------------------------------------ retrieval
+def index_cost(kind: str, corpus: Any, out: Path, settings: dict[str, Any] | None) -> dict[str, Any]:
+    """Building a ``kind`` index of ``corpus`` under ``out``: wall, CPU, peak RSS above the start, index bytes."""
+    from agents.retrievers.index import build_index
+
+    with Meter().running() as m:
+        manifest = build_index(kind, corpus, out, settings, overwrite=True)
+    return {"n": len(corpus), "unit": "index", "wall_s": m.wall, "cpu_s": m.cpu, "peak_rss_mb": m.peak_rss / 2**20,
+            "index_bytes": int(manifest["size_bytes"])}
+
+
+def search_cost(retriever: Any, queries: list[str], k: int) -> dict[str, Any]:
+    """One query at a time (after one warm-up query): mean wall and CPU per query."""
+    retriever.search(queries[:1], k=k)
+    with Meter().running() as m:
+        for q in queries:
+            retriever.search([q], k=k)
+    return {"n": len(queries), "unit": "query", "wall_s": m.wall / len(queries), "cpu_s": m.cpu / len(queries),
+            "peak_rss_mb": m.peak_rss / 2**20}
