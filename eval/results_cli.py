@@ -12,7 +12,13 @@ Kinds:
   (only the named methods when ``methods=`` is given; a breakdown with ``by=``);
 * ``budgets PATH`` — a benchmark at every budget (``budgets.json``): the per-λ table, conditioned − specialist and
   the frontier area (:func:`eval.bench.budgets.budgets_markdown` without its title and figure);
-* ``groups PATH`` — the paired comparisons of learned groups (``compare:``) of a ``summary.json``.
+* ``groups PATH`` — the paired comparisons of learned groups (``compare:``) of a ``summary.json``;
+* ``detection PATH [part=table1|ablation|hedging] [splits=A;B] [rows=W;…] [detectors=A;B]`` — a
+  ``kairos bench detection`` run's ``detection_bench.json`` (:mod:`eval.detection.report`): ``table1`` PUlSE's
+  Table 1 layout (per detector AUROC [95% CI], PR-AUC, F1, precision, recall and threshold rule per split; only
+  ``splits=`` when given), ``ablation`` PUlSE's ablations (only the variants whose label starts with a word of
+  ``rows=``: ``parts`` magnitude / angle / both, ``interval``, ``pooling``), ``hedging`` the non-hedging check
+  (``detectors=``, default PUlSE and ReProbe); without ``part=`` all three.
 
 ``kairos results update PAGE`` rewrites every block whose source exists (a missing source is reported and its
 block kept: the runs live on the machine that made them); ``--check`` changes nothing and exits 1 when a block
@@ -67,7 +73,30 @@ def render(kind: str, path: str, args: dict[str, str] | None = None) -> str:
                         f"{q['diff']:+.3f} [{q['lo']:+.3f}, {q['hi']:+.3f}] | {n['diff']:+.2f} [{n['lo']:+.2f}, "
                         f"{n['hi']:+.2f}] |")
         return "\n".join(rows)
-    raise ValueError(f"unknown table kind {kind!r} (summary | budgets | groups)")
+    if kind == "detection":
+        return _detection(data, args)
+    raise ValueError(f"unknown table kind {kind!r} (summary | budgets | groups | detection)")
+
+
+def _detection(data: dict[str, Any], args: dict[str, str]) -> str:
+    """A detection run's tables (see the module docstring)."""
+    from eval.detection.report import ablation_table, hedging_table, interval_note, split_lines, table1
+
+    def names(key: str) -> tuple[str, ...]:
+        return tuple(x.strip() for x in args.get(key, "").split(";") if x.strip())
+
+    part = args.get("part", "").strip()
+    if part not in ("", "table1", "ablation", "hedging"):
+        raise ValueError(f"detection: unknown part {part!r} (table1 | ablation | hedging)")
+    out = []
+    if part in ("", "table1"):
+        out.append("\n".join(split_lines(data, names("splits"))) + "\n\n" + table1(data, names("splits")))
+    if part in ("", "ablation"):
+        table = ablation_table(data, names("rows"))
+        out.append(table + "\n\n" + interval_note(data) + "." if table else "(no ablations in this run)")
+    if part in ("", "hedging"):
+        out.append(hedging_table(data, names("detectors") or ("pulse", "reprobe")))
+    return "\n\n".join(out)
 
 
 def update_page(page: str | Path, check: bool = False) -> dict[str, Any]:

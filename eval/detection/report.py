@@ -4,6 +4,7 @@ of a benchmark result dict (``detection_bench.json``'s content)."""
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +81,73 @@ def main_table(result: dict[str, Any]) -> str:
                 _f(d["recall"])]
         if any(det in sp["detectors"] for sp in result["splits"].values()):
             rows.append(row)
+    return markdown_table(headers, rows)
+
+
+def _rule(d: dict[str, Any]) -> str:
+    """A detector's threshold rule in a few words (its value per split is in the report)."""
+    rule = d.get("threshold_rule", "")
+    if rule == "fixed p(error) threshold":
+        return f"p(error) ≥ {_g(d['threshold'])}"
+    return rule.replace("Youden's J on the train part", "Youden's J on train").replace(
+        "Youden's J on validation (the U_verb proxy's held-out part)", "Youden's J on validation")
+
+
+def table1(result: dict[str, Any], splits: tuple[str, ...] = ()) -> str:
+    """PUlSE's Table 1 layout: rows detectors, per split AUROC [95% CI] / PR-AUC / F1 / precision / recall on the
+    test part, and each detector's threshold rule (fitted on train or validation, never on test). ``splits``: these
+    splits only, in this order (empty = every split of the result)."""
+    names = list(splits) or list(result["splits"])
+    missing = [n for n in names if n not in result["splits"]]
+    if missing:
+        raise ValueError(f"no split {missing[0]!r} in the result (splits: {', '.join(result['splits'])})")
+    headers = ["detector", "threshold rule"]
+    for n in names:
+        tag = SPLIT_LABELS[n].split(" ")[0]
+        headers += [f"{tag} AUROC [95% CI]", f"{tag} PR-AUC", f"{tag} F1", f"{tag} precision", f"{tag} recall"]
+    rows = []
+    for det, (label, _, _) in DETECTORS.items():
+        ds = [result["splits"][n]["detectors"].get(det) for n in names]
+        if all(d is None for d in ds):
+            continue
+        rules = list(dict.fromkeys(_rule(d) for d in ds if d is not None))
+        row = [label, " / ".join(rules)]
+        for d in ds:
+            row += ["not computed", "–", "–", "–", "–"] if d is None else [
+                f"{_f(d['auroc'])} {_ci_txt(d['auroc_ci95'])}", _f(d["pr_auc"]), _f(d["f1"]), _f(d["precision"]),
+                _f(d["recall"])]
+        rows.append(row)
+    return markdown_table(headers, rows)
+
+
+def split_lines(result: dict[str, Any], splits: tuple[str, ...] = ()) -> list[str]:
+    """One short line per split: its test part, error rate (= a random detector's PR-AUC) and PUlSE's interval."""
+    out = []
+    for n in list(splits) or list(result["splits"]):
+        sp = result["splits"][n]
+        i, s = sp["info"], sp["interval_search"]
+        out.append(f"- {SPLIT_LABELS[n]}: {i['test_steps']} test steps of {i['test_questions']} questions, "
+                   f"{100 * i['test_error_rate']:.1f}% errors (a random detector's PR-AUC); train {i['train_steps']} "
+                   f"steps; PUlSE interval {s['used']} ({s['rule']}), pooling {sp.get('pulse_pooling', 'mean')}.")
+    return out
+
+
+def hedging_table(result: dict[str, Any], detectors: tuple[str, ...] = ("pulse", "reprobe")) -> str:
+    """The non-hedging check as a table (PUlSE's Table 7 layout): per split the test steps, how many hedge, the
+    error ratio before and after dropping them, and each detector's AUROC on all steps → on non-hedging steps."""
+    headers = ["split", "test steps", "hedging steps", "error ratio all → non-hedging"]
+    headers += [f"{DETECTORS[d][0]} AUROC all → non-hedging" for d in detectors]
+    rows = []
+    for n, sp in result["splits"].items():
+        h = sp["hedging"]
+        ratio_nh = h.get("error_ratio_non_hedging")
+        row = [SPLIT_LABELS[n], str(h["n_steps"]), str(h["n_hedging_steps"]),
+               f"{_f(sp['info']['test_error_rate'])} → {_f(ratio_nh)}"]
+        for d in detectors:
+            full = sp["detectors"].get(d)
+            row.append("not computed" if full is None else
+                       f"{_f(full['auroc'])} → {_f(h['auroc_non_hedging'].get(d))}")
+        rows.append(row)
     return markdown_table(headers, rows)
 
 
@@ -203,28 +271,55 @@ def _md_calibration(result: dict[str, Any]) -> list[str]:
     return parts
 
 
-def _md_ablations(result: dict[str, Any]) -> list[str]:
-    """PUlSE's ablations, every split side by side (none: no section)."""
+def _variant(label: str) -> str:
+    """An ablation's label without the split's own interval (``parts …``, ``pooling …`` and ``interval chosen …``
+    rows are fitted at the interval each split uses), so one row lines the splits up; named intervals keep theirs."""
+    if label.startswith("interval ") and not label.startswith("interval chosen"):
+        return label
+    return re.sub(r" (\[\d+,\d+\]|\(per fold\))$", "", label)
+
+
+def ablation_table(result: dict[str, Any], rows: tuple[str, ...] = ()) -> str:
+    """PUlSE's ablations as one table, every split side by side: per variant validation AUROC, test AUROC [95% CI]
+    and test PR-AUC ("" when no split has ablations). ``parts``, ``pooling`` and ``interval chosen`` rows are at each
+    split's interval in use (``interval_search.used``). ``rows``: keep only the variants whose label starts with one
+    of these words (``parts``: magnitude / angle / both, PUlSE's Table 3; ``interval``: layer intervals, its
+    Figure 4; ``pooling``); empty = every variant."""
     if not any(sp["ablations"] for sp in result["splits"].values()):
-        return []
+        return ""
     names = list(result["splits"])
-    labels = list(dict.fromkeys(k for sp in result["splits"].values() for k in sp["ablations"]))
+    per_split = {n: {_variant(k): v for k, v in result["splits"][n]["ablations"].items()} for n in names}
+    labels = [k for k in dict.fromkeys(k for n in names for k in per_split[n])
+              if not rows or k.split(" ")[0] in rows]
     headers = ["variant"]
     for n in names:
         tag = SPLIT_LABELS[n].split(" ")[0]
         headers += [f"{tag} val AUROC", f"{tag} test AUROC [95% CI]", f"{tag} test PR-AUC"]
-    rows = []
+    table = []
     for lab in labels:
         row = [lab]
         for n in names:
-            a = result["splits"][n]["ablations"].get(lab)
+            a = per_split[n].get(lab)
             row += (["–"] * 3 if a is None else
                     [_f(a["val_auroc"]), f"{_f(a['test_auroc'])} {_ci_txt(a['test_auroc_ci95'])}",
                      _f(a["test_pr_auc"])])
-        rows.append(row)
-    return ["## PUlSE ablations (chosen on validation, reported on test)", "", markdown_table(headers, rows), "",
-            "Variant labels name the split's own intervals; 'parts' and 'pooling' rows use the interval in use for "
-            "that split ('pooling' over the step's tokens: mean / last = PUlSE of the mean-pooled / last-token "
+        table.append(row)
+    return markdown_table(headers, table)
+
+
+def interval_note(result: dict[str, Any]) -> str:
+    """Which interval the 'parts', 'pooling' and 'interval chosen' ablation rows were fitted at, per split."""
+    return ("'parts', 'pooling' and 'interval chosen' rows use the interval in use for each split (" + ", ".join(
+        f"{SPLIT_LABELS[n].split(' ')[0]} {sp['interval_search']['used']}" for n, sp in result["splits"].items()) + ")")
+
+
+def _md_ablations(result: dict[str, Any]) -> list[str]:
+    """PUlSE's ablations, every split side by side (none: no section)."""
+    table = ablation_table(result)
+    if not table:
+        return []
+    return ["## PUlSE ablations (chosen on validation, reported on test)", "", table, "",
+            interval_note(result) + " ('pooling' over the step's tokens: mean / last = PUlSE of the mean-pooled / last-token "
             "states; max / token_mean = each token's PUlSE features pooled; arXiv 2605.18549 finds max decisive). "
             "Every candidate interval's validation and test AUROC is in the JSON (`interval_search`).", ""]
 

@@ -35,3 +35,38 @@ def test_marked_blocks_are_regenerated_and_missing_runs_kept(tmp_path):
     assert "old" not in text and "kept as it was" in text and "Entropy" not in text.split("groups")[0]
     assert "| CoT | baseline |" in text and "| A − B | | +0.010 [-0.010, +0.030]" in text
     assert not update_page(page, check=True)["changed"]  # regenerating again changes nothing
+
+
+def _detection():
+    def det(auroc, rule="Youden's J on the train part", thr=0.3):
+        return {"auroc": auroc, "auroc_ci95": [auroc - 0.05, auroc + 0.05], "pr_auc": 0.5, "f1": 0.4,
+                "precision": 0.3, "recall": 0.6, "threshold": thr, "threshold_rule": rule}
+
+    def split(n_steps, pulse):
+        return {"info": {"test_steps": n_steps, "test_questions": 10, "test_error_rate": 0.25, "train_steps": 40},
+                "interval_search": {"used": [0, 6], "rule": "best validation AUROC"}, "pulse_pooling": "mean",
+                "detectors": {"pulse": det(pulse, "fixed p(error) threshold", 0.5), "entropy": det(0.8)},
+                "ablations": {"parts magnitude only [0,6]": {"val_auroc": 0.6, "test_auroc": 0.55,
+                                                             "test_auroc_ci95": [0.5, 0.6], "test_pr_auc": 0.3},
+                              "interval early [0,2]": {"val_auroc": 0.61, "test_auroc": 0.56,
+                                                       "test_auroc_ci95": [0.5, 0.6], "test_pr_auc": 0.31}},
+                "hedging": {"n_steps": n_steps, "n_hedging_steps": 0, "error_ratio_non_hedging": 0.25,
+                            "auroc_non_hedging": {"pulse": pulse, "entropy": 0.8}}}
+
+    return {"splits": {"question": split(40, 0.7), "entity": split(20, 0.5)}}
+
+
+def test_detection_blocks_render_table1_ablation_and_hedging(tmp_path):
+    d = tmp_path / "detection_bench.json"
+    d.write_text(json.dumps(_detection()))
+    page = tmp_path / "results.md"
+    page.write_text(f"<!-- table: detection {d} part=table1 -->\n<!-- /table -->\n\n"
+                    f"<!-- table: detection {d} part=ablation rows=parts -->\n<!-- /table -->\n\n"
+                    f"<!-- table: detection {d} part=hedging detectors=pulse;entropy -->\n<!-- /table -->\n")
+    update_page(page)
+    t1, abl, hedge = page.read_text().split("<!-- /table -->")[:3]
+    assert "| PUlSE probe | p(error) ≥ 0.5 | 0.700 [0.650, 0.750] | 0.500 | 0.400 | 0.300 | 0.600 | 0.500 [0.450" in t1
+    assert "| Entropy | Youden's J on train | 0.800" in t1 and "(a') entity-disjoint: 20 test steps" in t1
+    assert "| parts magnitude only | 0.600 | 0.550 [0.500, 0.600] | 0.300 |" in abl and "interval early" not in abl
+    assert "| (a) question | 40 | 0 | 0.250 → 0.250 | 0.700 → 0.700 | 0.800 → 0.800 |" in hedge
+    assert not update_page(page, check=True)["changed"]
