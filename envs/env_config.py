@@ -25,6 +25,7 @@ import contextlib
 import contextvars
 import dataclasses
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -308,6 +309,9 @@ class EnvConfig(ConfigBase):
             raise ConfigError(f"{where or cls.__name__}: unknown preset '{preset}' (valid: {', '.join(PRESETS)})")
         if isinstance(overrides, EnvOverrides):
             overrides = overrides.to_dict()
+        if overrides is not None and not isinstance(overrides, Mapping):
+            raise ConfigError(f"{where or cls.__name__}: the env config is a mapping of EnvConfig keys (e.g. "
+                              f"{{'split': 'dev'}}), got {type(overrides).__name__} {overrides!r:.60}")
         return cls.from_dict({**(PRESETS[preset] if preset else {}), **(overrides or {})}, where=where)
 
     def with_overrides(self, overrides: dict[str, Any] | EnvOverrides | None, where: str | None = None) -> EnvConfig:

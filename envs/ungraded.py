@@ -31,7 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -152,6 +152,8 @@ def knowledge_corpus(passages: Any, source: str = "<memory>") -> Corpus:
     """
     if isinstance(passages, Corpus):
         return passages
+    if isinstance(passages, (str, bytes, Mapping)) or not isinstance(passages, Iterable):
+        raise TypeError(f"knowledge: got {type(passages).__name__} {passages!r:.60}; give {KNOWLEDGE_HELP}")
     out = []
     for i, p in enumerate(passages):
         if isinstance(p, Passage):
@@ -166,7 +168,8 @@ def knowledge_corpus(passages: Any, source: str = "<memory>") -> Corpus:
             raise ValueError(f"knowledge: passage {i} is {type(p).__name__} {p!r:.60}; give strings, (id, text) or "
                              "(id, title, text) tuples, Passage objects or {'id', 'text'} mappings")
     if not out:
-        raise ValueError("knowledge: no passages (an empty list)")
+        raise ValueError("knowledge: no passages (an empty list)" if source == "<memory>" else
+                         f"knowledge: {source} holds no passages (an empty file); give a corpus with passages")
     for i, p in enumerate(out):  # the corpus files' rule (envs.core.data.flashrag): a passage needs text
         if not p.text.strip():
             title = f", title {p.title[:60]!r}" if p.title.strip() else ""
@@ -221,8 +224,11 @@ def _corpus_of(knowledge: Any) -> Corpus:
     if p.suffix == ".txt":
         if not p.is_file():
             raise FileNotFoundError(f"corpus file {p} not found (give {KNOWLEDGE_HELP})")
-        return knowledge_corpus([ln.strip() for ln in p.read_text(encoding="utf-8").splitlines() if ln.strip()],
-                                source=str(p))
+        try:
+            text = p.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"knowledge {p}: not UTF-8 text ({e.reason} at byte {e.start}); save it as UTF-8") from None
+        return knowledge_corpus([ln.strip() for ln in text.splitlines() if ln.strip()], source=str(p))
     from agents.retrievers.corpus_spec import load_corpus
 
     try:

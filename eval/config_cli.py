@@ -23,14 +23,17 @@ KINDS = {"train": "train.config:TrainConfig", "bench": "eval.bench.config:BenchC
 
 
 def config_class(path: str | Path):
-    """The typed config class of a config file, by the first word of its name (``None``: no known kind)."""
+    """The typed config class of a config file, by the first word of its name — or of the nearest file of its
+    ``base:`` chain that has a known kind (a child of ``bench_….yaml`` is a benchmark whatever its own name);
+    ``None``: no known kind."""
     import importlib
 
-    stem = Path(path).name.split("_")[0].split(".")[0]
-    spec = KINDS.get(stem)
-    if spec is None:
-        parent = Path(path).parent.name  # configs/seed/*.yaml are benchmarks
-        spec = KINDS["bench"] if parent == "seed" else None
+    spec = None
+    for p in _chain(Path(path)):
+        stem = p.name.split("_")[0].split(".")[0]
+        spec = KINDS.get(stem) or (KINDS["bench"] if p.parent.name == "seed" else None)  # configs/seed/: benchmarks
+        if spec is not None:
+            break
     if spec is None:
         return None
     mod, _, name = spec.partition(":")

@@ -90,9 +90,13 @@ class PipelineSpec(ConfigBase):
         elif not self.policy:
             raise ConfigError(f"{where}: give --policy (an exported policy directory or a trigger) or --bench "
                               "OUT_DIR --method NAME")
-        if self.threshold is not None and not 0.0 <= self.threshold <= 1.0:
-            raise ConfigError(f"{where}: key 'threshold' = {self.threshold}: a learned policy's retrieve-probability "
-                              "threshold is in [0, 1] (a trigger's threshold goes in the policy: 'minprob<0.3')")
+        if self.threshold is not None:
+            from kairos.pipeline import check_threshold
+
+            try:
+                check_threshold(self.threshold, f"{where}: key 'threshold'")
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
 
     @classmethod
     def from_args(cls, args: Any) -> PipelineSpec:

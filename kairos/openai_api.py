@@ -126,6 +126,10 @@ def parse_chat_request(raw: bytes | str, models: Sequence[str], max_question_cha
     """
     try:
         body = json.loads(raw)
+    except RecursionError:  # arrays or objects nested past the decoder's depth: a bad request, not a 500
+        raise APIError(400, "the request body nests JSON arrays or objects too deeply to read; send a chat "
+                            "completion: {\"model\": \"…\", \"messages\": [{\"role\": \"user\", \"content\": \"…\"}]}",
+                       None, "invalid_json") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise APIError(400, f"the request body is not valid JSON ({e}); send a chat completion: {{\"model\": \"…\", "
                             "\"messages\": [{\"role\": \"user\", \"content\": \"…\"}]}", None, "invalid_json") from None

@@ -34,7 +34,7 @@ import json
 import logging
 import math
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -200,6 +200,9 @@ def _question_list(questions: Any, where: str) -> list[str]:
         raise TypeError(f"Pipeline.{where}() takes a list of questions, got a single {type(questions).__name__} "
                         f"(it would be read as one question per character): use answer(question) for one question, "
                         f"or {where}([question])")
+    if isinstance(questions, Mapping) or not isinstance(questions, Iterable):
+        raise TypeError(f"Pipeline.{where}() takes a list of questions (strings), got {type(questions).__name__} "
+                        f"{questions!r:.60}")
     return list(questions)
 
 
@@ -216,8 +219,41 @@ def check_budget(lam: Any, where: str) -> float:
     return float(lam)
 
 
+def check_threshold(threshold: Any, where: str) -> float | None:
+    """``threshold`` as a learned policy's retrieve-probability threshold: ``None`` or a number in [0, 1); else an
+    error naming ``where``.
+
+    >>> check_threshold(0.7, "threshold"), check_threshold(None, "threshold")
+    (0.7, None)
+    """
+    if threshold is None:
+        return None
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= float(threshold) < 1.0:
+        raise ValueError(f"{where}: a learned policy's retrieve-probability threshold is a number in [0, 1), got "
+                         f"{threshold!r} (a signal trigger's threshold goes in the policy: 'minprob<0.3')")
+    return float(threshold)
+
+
 # ----------------------------------------------------------------------------------------- policies
 def load_policy(policy: Any, threshold: float | None = None, name: str | None = None):
+    """A policy an env can run (:func:`_load_policy`); ``threshold`` is checked (a number in [0, 1)) and refused for
+    a policy that has none (a trigger), never silently ignored.
+
+    Raises:
+        ValueError: a threshold out of range or given to a trigger.
+    """
+    from policies.rl.export import LearnedTrigger
+
+    threshold = check_threshold(threshold, "threshold")
+    loaded = _load_policy(policy, threshold, name)
+    if threshold is not None and not isinstance(loaded, LearnedTrigger):
+        raise ValueError(f"threshold={threshold:g}: the policy '{getattr(loaded, 'name', policy)}' is a trigger, not "
+                         "a learned policy, and has no retrieve-probability threshold (a signal trigger's threshold "
+                         "goes in the policy: 'minprob<0.3'); leave it out")
+    return loaded
+
+
+def _load_policy(policy: Any, threshold: float | None = None, name: str | None = None):
     """A policy an env can run, from ``policy``: a trigger or learned policy object (as it is), a
     :class:`~policies.rl.net.PolicyNet`, an exported policy directory, a trigger name registered in
     :data:`policies.triggers.TRIGGERS` (``never``, ``always``, ``single``, ``random`` needs ``p``: use the
@@ -242,6 +278,9 @@ def load_policy(policy: Any, threshold: float | None = None, name: str | None = 
     if isinstance(policy, (str, Path)):
         text = str(policy)
         m = THRESHOLD_SPEC.match(text)
+        if not m and re.match(r"^\s*[A-Za-z_][\w.]*\s*[<>]", text) and not Path(text).exists():
+            raise ValueError(f"policy {text!r}: a threshold trigger is 'SIGNAL<τ' or 'SIGNAL>τ' with τ a number "
+                             "(e.g. 'minprob<0.3')")
         if m and not Path(text).exists():
             t = TRIGGERS.make("threshold", m.group(1), float(m.group(3)), "below" if m.group(2) == "<" else "above",
                               name=name or text.strip())
@@ -363,11 +402,15 @@ class Pipeline:
         from envs.env_config import EnvConfig
         from envs.ungraded import UngradedTask, knowledge_config, ungraded_components
 
-        if batch_size < 1:
-            raise ValueError(f"Pipeline: batch_size must be >= 1, got {batch_size}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"Pipeline: batch_size must be an integer >= 1, got {batch_size!r}")
         policy = load_policy(policy, threshold=threshold)
         if env_config is None:
             env_config = getattr(policy, "env_config", None) or {}
+        if not isinstance(env_config, (EnvConfig, Mapping)):
+            raise TypeError(f"Pipeline: env_config is a mapping of EnvConfig fields or an EnvConfig, got "
+                            f"{type(env_config).__name__} {env_config!r:.60} (a YAML file: "
+                            "env_config=kairos.pipeline.read_env_config(path))")
         base = env_config.to_dict() if isinstance(env_config, EnvConfig) else dict(env_config)
         if reasoner is not None and reasoner != base.get("reasoner"):
             base["reasoner"], base["reasoner_options"] = reasoner, {}

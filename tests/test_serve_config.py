@@ -123,7 +123,7 @@ def test_config_validation_names_the_key_and_the_fix():
         ServeConfig.from_dict({})
     with pytest.raises(ConfigError, match="--bench needs --method"):
         PipelineSpec.from_dict({"bench": "runs/x"})
-    with pytest.raises(ConfigError, match=r"threshold.*\[0, 1\].*minprob<0.3"):
+    with pytest.raises(ConfigError, match=r"threshold.*\[0, 1\).*minprob<0.3"):
         PipelineSpec.from_dict({"policy": "p/", "threshold": 3})
     cfg = ServeConfig.from_dict({"pipeline": {"policy": "minprob<0.3", "env_config": {"max_steps": 6}}})
     assert cfg.ongoing_requests() == 32 and cfg.pipeline.env_config == {"max_steps": 6} and cfg.models == ["kairos"]

@@ -94,7 +94,7 @@ class FactoryEnvConfig(ConfigBase):
 class AlgoOptions(ConfigBase):
     """REINFORCE hyper-parameters."""
 
-    lr: float = helpf(3e-3, "Adam learning rate")
+    lr: float = helpf(3e-3, "Adam learning rate", gt=0)
     baseline: str = helpf("value", "baseline subtracted from the returns-to-go: none | mean (of the batch) | value "
                                    "(the learned value head) | rloo (each episode's return minus the mean return of "
                                    "the other group_size − 1 rollouts of its question) | grpo (the return minus its "
@@ -104,7 +104,7 @@ class AlgoOptions(ConfigBase):
     vf_loss_coeff: float = helpf(0.5, "weight of the value-head MSE (baseline=value)", ge=0)
     floor_coeff: float = helpf(1.0, "weight of the barrier keeping π(retrieve) >= model.explore_floor", ge=0)
     grad_clip: float | None = helpf(1.0, "global gradient-norm clip (null: off)", gt=0)
-    episodes_per_batch: int = helpf(64, "complete episodes per training iteration")
+    episodes_per_batch: int = helpf(64, "complete episodes per training iteration", ge=1)
     group_size: int = helpf(1, "rollouts of each question per batch, sampled side by side with independent actions "
                                "(1: every episode draws its own question); episodes_per_batch / group_size questions "
                                "per iteration", ge=1)
@@ -112,8 +112,6 @@ class AlgoOptions(ConfigBase):
     def validate(self) -> None:
         if self.baseline not in BASELINES:
             raise ConfigError(f"AlgoOptions: baseline must be one of {BASELINES}, got '{self.baseline}'")
-        if self.episodes_per_batch < 1 or self.lr <= 0:
-            raise ConfigError("AlgoOptions: episodes_per_batch must be >= 1 and lr > 0")
         if self.baseline in GROUP_BASELINES and self.group_size < 2:
             raise ConfigError(f"AlgoOptions: baseline '{self.baseline}' compares each rollout with the other rollouts "
                               f"of its question, and group_size is {self.group_size}: set algo.group_size >= 2 "
@@ -180,7 +178,7 @@ class TrainConfig(ConfigBase):
                                    "retriever … registers on import, then its name is valid anywhere in this config); "
                                    "the env carries them to every EnvRunner, warm-start worker and service (env_config.plugins)")
     iterations: int = helpf(40, "training iterations (one batch of complete episodes each); 0: no REINFORCE, the "
-                                "warm start (warmstart or model.warm_start) is exported as the run's policy")
+                                "warm start (warmstart or model.warm_start) is exported as the run's policy", ge=0)
     seed: int = helpf(0, "seed of RLlib, torch and the env runners")
     num_cpus: int = helpf(2, "CPUs for a local Ray (ignored when connecting to a running cluster)", ge=1)
     num_env_runners: int = helpf(1, "remote EnvRunner actors (0: sample in the driver)", ge=0)
@@ -199,8 +197,8 @@ class TrainConfig(ConfigBase):
     curriculum: dict[str, ScheduleConfig] = field(
         default_factory=lambda: {"retrieval_calls": ScheduleConfig()},
         metadata={"help": "cost name -> λ schedule (applied to every EnvRunner each iteration)"})
-    checkpoint_every: int = helpf(5, "save a checkpoint every N iterations (and at the end)")
-    keep_checkpoints: int = helpf(2, "checkpoints kept on disk (oldest deleted)")
+    checkpoint_every: int = helpf(5, "save a checkpoint every N iterations (and at the end)", ge=1)
+    keep_checkpoints: int = helpf(2, "checkpoints kept on disk (oldest deleted)", ge=1)
     eval_questions: int = helpf(0, "after training, evaluate greedily on this many dev questions (0: skip)", ge=0)
     snapshot_every: int = helpf(0, "export the trigger every N iterations into snapshots/iter_NNNN (0: off) — "
                                    "the benchmark can select among them on dev, as it calibrates thresholds", ge=0)
@@ -257,8 +255,6 @@ class TrainConfig(ConfigBase):
         return self.env_config
 
     def validate(self) -> None:
-        if self.iterations < 0 or self.checkpoint_every < 1 or self.keep_checkpoints < 1:
-            raise ConfigError("TrainConfig: iterations must be >= 0, checkpoint_every and keep_checkpoints >= 1")
         if self.iterations == 0 and not (self.warmstart.enabled or self.model.warm_start):
             raise ConfigError("TrainConfig: iterations 0 trains nothing: it exports the warm start as the policy, and "
                               "this run has none (set warmstart.enabled: true or model.warm_start, or iterations >= 1)")

@@ -123,7 +123,13 @@ def train(cfg: TrainConfig, resume: bool = False, stop_after: int | None = None,
             checkpoint is still written.
         show_progress: show a rich progress bar with the latest metrics line.
         on_iteration: ``f(iteration, metrics)`` after every iteration (Tune trials report through it).
+
+    Raises:
+        ConfigError: ``stop_after`` that is not an integer >= 1 (0 would export an untrained policy), before any work.
     """
+    if stop_after is not None and (isinstance(stop_after, bool) or not isinstance(stop_after, int) or stop_after < 1):
+        raise ConfigError(f"stop_after (--stop-after) must be an integer >= 1, got {stop_after!r}; leave it out to "
+                          "train to the config's iterations")
     with FolderLock(cfg.out_dir):  # one run per out_dir: a second one refuses, naming this one
         return _train(cfg, resume, stop_after, show_progress, on_iteration)
 

@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 
 def _add_config_flags(parser: argparse.ArgumentParser, *classes: type, skip: tuple[str, ...] = ()) -> None:
     """One ``--flag`` per scalar field of the config classes (shared names added once; Optional scalars too)."""
+    from envs.core.config import cli_bool
+
     seen: set[str] = set(skip)
     for cls in classes:
         hints = typing.get_type_hints(cls)
@@ -49,8 +51,7 @@ def _add_config_flags(parser: argparse.ArgumentParser, *classes: type, skip: tup
                 parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=None, choices=choices,
                                     help=f.metadata.get("help", ""))
             elif base is bool:
-                parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=None,
-                                    type=lambda s: s.lower() in ("1", "true", "yes"),
+                parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=None, type=cli_bool,
                                     help=f.metadata.get("help", "") + " (true/false)")
             elif base in (int, float, str):
                 parser.add_argument("--" + f.name.replace("_", "-"), dest=f.name, default=None, type=base,

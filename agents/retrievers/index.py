@@ -143,6 +143,9 @@ def build_index(kind: str, corpus: Corpus, out: str | Path, config: ConfigBase |
     """
     from envs.core.runlock import FolderLock
 
+    for name, value, low in (("probe_n", probe_n, 0), ("probe_k", probe_k, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} (--{name.replace('_', '-')}) must be an integer >= {low}, got {value!r}")
     cls = retriever_class(kind)
     cfg = config if isinstance(config, ConfigBase) else cls.config_class.from_dict(config or {})
     with FolderLock(out):  # one build per index folder; the second refuses at once, naming the first

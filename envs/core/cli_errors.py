@@ -22,6 +22,8 @@ def error_line(e: BaseException) -> str:
     """The one-line message of an expected error (an OS error names its path and cause)."""
     from envs.core.io import describe_os_error
 
+    if isinstance(e, KeyError) and len(e.args) == 1 and isinstance(e.args[0], str):
+        return e.args[0]  # str(KeyError) is the repr of its message: quoted, escaped
     return describe_os_error(e) if isinstance(e, OSError) else str(e) or type(e).__name__
 
 

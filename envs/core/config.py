@@ -260,8 +260,7 @@ class ConfigBase:
             flag = "--" + (prefix + f.name).replace("_", "-")
             kind = tp if tp in (int, float, str) else None
             if tp is bool:
-                parser.add_argument(flag, dest=prefix + f.name, default=None,
-                                    type=lambda s: s.lower() in ("1", "true", "yes"),
+                parser.add_argument(flag, dest=prefix + f.name, default=None, type=cli_bool,
                                     help=f.metadata.get("help", "") + " (true/false)")
             elif kind is not None:
                 parser.add_argument(flag, dest=prefix + f.name, default=None, type=kind,
@@ -276,6 +275,19 @@ class ConfigBase:
             if v is not None:
                 out[f.name] = v
         return out
+
+
+def cli_bool(text: str) -> bool:
+    """A true/false command-line value (``true``/``false``, ``yes``/``no``, ``1``/``0``); another word is an argparse
+    error naming it (it was read as false).
+
+    >>> cli_bool("True"), cli_bool("no")
+    (True, False)
+    """
+    word = text.strip().lower()
+    if word not in ("true", "false", "yes", "no", "1", "0"):
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return word in ("true", "yes", "1")
 
 
 def parse_set(kv: str, flag: str = "--set", verbatim: tuple[str, ...] = ()) -> tuple[str, Any]:

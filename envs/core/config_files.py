@@ -85,6 +85,8 @@ def read_yaml_strict(path: str | Path) -> dict[str, Any]:
     import yaml
 
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{path} is a folder, not a config file (give the path of a YAML file)")
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     raw = path.read_bytes()

@@ -53,25 +53,29 @@ class ProbeTrainConfig(ConfigBase):
     split: str = helpf("question", "train/val split: question (group split) | entity (entity-disjoint)")
     val_frac: float = helpf(0.3, "validation share (of questions, or of steps for the entity split)")
     question_split: str = helpf("train", "artifact question split the probe is trained on")
-    n_questions: int = helpf(2000, "hop-balanced questions to generate chains for (0 = all)")
+    n_questions: int = helpf(2000, "hop-balanced questions to generate chains for (0 = all)", ge=0)
     fact_holdout: str = helpf("", "micro-world fact-disjoint condition 'share,seed' (as the env's fact_holdout "
                                   "{share, seed}): the probe trains on questions whose chain needs none of the held-out "
                                   "facts (keep: train) and the held-out evaluation uses those that need one (keep: "
                                   "test) — a probe for condition (b) that never saw a held-out fact (empty: off)")
     eval_split: str = helpf("dev", "artifact question split for a held-out evaluation (empty: skip)")
-    n_eval_questions: int = helpf(500, "questions of the held-out evaluation (0 = all)")
+    n_eval_questions: int = helpf(500, "questions of the held-out evaluation (0 = all)", ge=0)
     threshold: float = helpf(0.5, "decision threshold on p(error)")
     seed: int = helpf(0, "seed of question sampling, splits, initialisation and shuffling")
-    n_boot: int = helpf(1000, "question-level bootstrap resamples for AUROC CIs (0 = none)")
+    n_boot: int = helpf(1000, "question-level bootstrap resamples for AUROC CIs (0 = none)", ge=0)
     cache_dir: str = helpf("", "step-dataset cache directory (default $KAIROS_CACHE/steps)")
-    lr: float = helpf(1e-3, "AdamW learning rate")
-    weight_decay: float = helpf(1e-4, "AdamW weight decay")
-    batch_size: int = helpf(256, "minibatch size")
-    max_epochs: int = helpf(200, "maximum epochs")
-    patience: int = helpf(20, "early-stopping patience (epochs without a better validation AUROC)")
-    pos_weight: float = helpf(3.0, "BCE weight of the error class")
+    lr: float = helpf(1e-3, "AdamW learning rate", gt=0)
+    weight_decay: float = helpf(1e-4, "AdamW weight decay", ge=0)
+    batch_size: int = helpf(256, "minibatch size", ge=1)
+    max_epochs: int = helpf(200, "maximum epochs", ge=1)
+    patience: int = helpf(20, "early-stopping patience (epochs without a better validation AUROC)", ge=1)
+    pos_weight: float = helpf(3.0, "BCE weight of the error class", gt=0)
 
     def validate(self) -> None:
+        if not 0.0 < self.val_frac < 1.0:
+            raise ConfigError(f"ProbeTrainConfig: key 'val_frac' must be in (0, 1), got {self.val_frac}")
+        if not 0.0 <= self.threshold <= 1.0:
+            raise ConfigError(f"ProbeTrainConfig: key 'threshold' (on p(error)) must be in [0, 1], got {self.threshold}")
         if self.signal not in ("pulse", "reprobe", "rsus_proxy"):
             raise ConfigError(f"ProbeTrainConfig: unknown signal '{self.signal}' (valid: pulse, reprobe, rsus_proxy)")
         from agents.signals.rsus import PROXY_FEATURES

@@ -166,12 +166,12 @@ class FeatureSpec:
 class FitConfig(ConfigBase):
     """Probe optimisation (BCE with a positive-class weight, early stopping on validation AUROC)."""
 
-    lr: float = helpf(1e-3, "AdamW learning rate")
-    weight_decay: float = helpf(1e-4, "AdamW weight decay")
-    batch_size: int = helpf(256, "minibatch size")
-    max_epochs: int = helpf(200, "maximum epochs")
-    patience: int = helpf(20, "stop after this many epochs without a better validation AUROC")
-    pos_weight: float = helpf(3.0, "BCE weight of the positive (error) class")
+    lr: float = helpf(1e-3, "AdamW learning rate", gt=0)
+    weight_decay: float = helpf(1e-4, "AdamW weight decay", ge=0)
+    batch_size: int = helpf(256, "minibatch size", ge=1)
+    max_epochs: int = helpf(200, "maximum epochs", ge=1)
+    patience: int = helpf(20, "stop after this many epochs without a better validation AUROC", ge=1)
+    pos_weight: float = helpf(3.0, "BCE weight of the positive (error) class", gt=0)
     seed: int = helpf(0, "initialisation and shuffling seed")
 
 

@@ -165,5 +165,5 @@ def test_option_errors_say_the_fix():
         WarmStartOptions.from_dict({"kind": "dagger", "rounds": 0})
     with pytest.raises(ConfigError, match="iterations 0 trains nothing.*set warmstart.enabled: true"):
         TrainConfig.from_dict({"iterations": 0})
-    with pytest.raises(ConfigError, match="iterations must be >= 0"):
+    with pytest.raises(ConfigError, match="key 'iterations' must be >= 0, got -1"):
         TrainConfig.from_dict({"iterations": -1})
