@@ -180,7 +180,7 @@ def _axis(title: str, size_label: str, description: str, sizes: list, points: di
     from eval.perf.scaling_report import fit_axis
 
     return {"title": title, "size_label": size_label, "description": description, "sizes": sizes, "points": points,
-            "fits": fit_axis(sizes, points, measures), "masked": masked or []}
+            "measures": measures, "fits": fit_axis(sizes, points, measures), "masked": masked or []}
 
 
 def chain_length_axis(cfg: ScalingBenchConfig, bar) -> dict[str, Any]:
@@ -286,8 +286,7 @@ def run_bench(cfg: ScalingBenchConfig, command: str = "kairos bench scaling") ->
     import torch
     from tqdm.auto import tqdm
 
-    from envs.core.io import write_json, write_text
-    from eval.perf.scaling_report import format_markdown, plot_axis
+    from eval.perf.scaling_report import render
 
     torch.set_num_threads(cfg.threads)
     out = Path(cfg.out)
@@ -303,10 +302,7 @@ def run_bench(cfg: ScalingBenchConfig, command: str = "kairos bench scaling") ->
         for axis in cfg.axes:
             result["axes"][axis] = runners[axis](cfg, bar)
     result["seconds"] = time.perf_counter() - t0
-    for axis, data in result["axes"].items():
-        result["axes"][axis]["plot"] = str(plot_axis(data, out / f"scaling_{axis}.png"))
-    write_json(out / "scaling_bench.json", result)
-    write_text(out / "scaling_bench.md", format_markdown(result))
+    render(result, out)
     return result
 
 
@@ -327,6 +323,8 @@ def register(sub: Any) -> None:
     p = sub.add_parser("scaling", help="how every cost grows with chain length, questions and corpus (power-law fits)",
                        description=__doc__.split("\n\n")[0] if __doc__ else None)
     p.add_argument("--config", default=None, help="YAML with the settings (flags override it)")
+    p.add_argument("--render-only", action="store_true",
+                   help="measure nothing: fit and write the tables and plots of the scaling_bench.json in --out again")
     for name in (*_LISTS, *_SCALARS):
         extra = " (comma-separated)" if name in _LISTS else ""
         p.add_argument("--" + name.replace("_", "-"), dest=name, default=None, help=helps[name] + extra)
@@ -352,9 +350,21 @@ def config_from_args(args: argparse.Namespace) -> ScalingBenchConfig:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """``kairos bench scaling``."""
+    import json
+
+    from eval.perf.scaling_report import format_markdown, render
+
     cfg = config_from_args(args)
-    result = run_bench(cfg, "kairos " + " ".join(sys.argv[1:]) if sys.argv[1:] else "kairos bench scaling")
-    from eval.perf.scaling_report import format_markdown
+    if args.render_only:
+        path = Path(cfg.out) / "scaling_bench.json"
+        if not path.is_file():
+            raise FileNotFoundError(f"--render-only: no {path} (run the benchmark into --out {cfg.out} first)")
+        result = json.loads(path.read_text())
+        for axis in result["axes"]:
+            result["axes"][axis].setdefault("measures", AXIS_MEASURES[axis])
+        render(result, cfg.out)
+    else:
+        result = run_bench(cfg, "kairos " + " ".join(sys.argv[1:]) if sys.argv[1:] else "kairos bench scaling")
 
     sys.stdout.write(format_markdown(result))
     log.info("wrote %s", Path(cfg.out) / "scaling_bench.json")

@@ -42,13 +42,31 @@ def fit_power_law(x: list[float], y: list[float]) -> dict[str, Any]:
     return {"exponent": float(b), "coefficient": float(math.exp(log_a)), "r2": r2, "n": len(pts)}
 
 
+#: peak-RSS growth below this many MB is not resolved (the allocator's pools and the 5 ms sampling): shown as such
+#: and left out of the fits
+RSS_RESOLUTION_MB = 1.0
+
+
+def resolved(m: str, v: Any) -> bool:
+    """Whether value ``v`` of measure ``m`` is a measurement to fit (a peak RSS under the resolution is not)."""
+    return v is not None and not (m == "peak_rss_mb" and v < RSS_RESOLUTION_MB)
+
+
 def fit_axis(sizes: list[float], points: dict[str, list[dict]], measures: list[str]) -> dict[str, dict[str, Any]]:
-    """Every cost's fit per measure along one axis (points that were skipped or lack the measure are left out)."""
+    """Every cost's fit per measure along one axis (points that were skipped, lack the measure or are under its
+    resolution are left out)."""
     fits: dict[str, dict[str, Any]] = {}
     for cost, rows in points.items():
         for m in measures:
-            xs = [s for s, r in zip(sizes, rows) if r and "skipped" not in r and r.get(m) is not None]
-            ys = [r[m] for r in rows if r and "skipped" not in r and r.get(m) is not None]
+            ok = [(s, r[m]) for s, r in zip(sizes, rows) if r and "skipped" not in r and r.get(m) is not None]
+            if not ok:
+                continue
+            kept = [(s, v) for s, v in ok if resolved(m, v)]
+            xs, ys = [s for s, _ in kept], [v for _, v in kept]
+            if not kept:
+                fits.setdefault(cost, {})[m] = {"exponent": None, "coefficient": None, "r2": None, "n": 0,
+                                                "baseline_size": None, "ratio_to_baseline": []}
+                continue
             if xs:
                 fits.setdefault(cost, {})[m] = {**fit_power_law(xs, ys), "baseline_size": xs[0],
                                                 "ratio_to_baseline": [y / ys[0] if ys[0] else None for y in ys]}
@@ -75,8 +93,9 @@ def axis_table(axis: dict[str, Any]) -> str:
         unit = next((r["unit"] for r in rows if r and "unit" in r), None)
         name = f"{cost} (per {unit})" if unit else cost
         for m, fit in axis["fits"].get(cost, {}).items():
-            cells = [r.get("skipped_short", "skipped") if r and "skipped" in r else _num((r or {}).get(m))
-                     for r in rows]
+            cells = [r.get("skipped_short", "skipped") if r and "skipped" in r
+                     else _num((r or {}).get(m)) if resolved(m, (r or {}).get(m)) or (r or {}).get(m) is None
+                     else f"< {RSS_RESOLUTION_MB:g}" for r in rows]
             label = f"{cost} (all {unit}s)" if unit and m.startswith("total_") else name
             lines.append("| " + " | ".join([label, MEASURES.get(m, m), *cells, _num(fit["exponent"]),
                                             _num(fit["r2"])]) + " |")
@@ -98,7 +117,8 @@ def format_markdown(result: dict[str, Any]) -> str:
              "actors; benchmark: CoT, always, Bernoulli(0.3) and MinProb < 0.5 on one shared cache.",
              "", "Each cost is measured from a cold trajectory cache of its own. Exponents: least-squares fits of "
              "log(measure) on log(size) over the sizes measured (the smallest is the baseline); per question / "
-             "episode / iteration / query / index as the cost's unit says. Peak RSS: above the measurement's start."]
+             "episode / iteration / query / index as the cost's unit says. Peak RSS: above the measurement's start, "
+             f"sampled every 5 ms; growth under {RSS_RESOLUTION_MB:g} MB is not resolved (shown as such, not fitted)."]
     for axis in result["axes"].values():
         parts += ["", f"## {axis['title']}", "", axis["description"], "", axis_table(axis)]
         notes = [f"- {cost} at {axis['size_label']} {s:g}: {r['skipped']}" for cost, rows in axis["points"].items()
@@ -126,7 +146,7 @@ def plot_axis(axis: dict[str, Any], out_png: str | Path) -> Path:
         for cost, rows in axis["points"].items():
             fit = axis["fits"].get(cost, {}).get(m)
             pts = [(s, r[m]) for s, r in zip(axis["sizes"], rows)
-                   if r and "skipped" not in r and r.get(m) is not None and r[m] > 0]
+                   if r and "skipped" not in r and resolved(m, r.get(m)) and r[m] > 0]
             if not pts or fit is None:
                 continue
             label = cost + (f" (b = {fit['exponent']:.2f})" if fit["exponent"] is not None else "")
@@ -141,3 +161,16 @@ def plot_axis(axis: dict[str, Any], out_png: str | Path) -> Path:
         ax.set_visible(False)
     fig.suptitle(axis["title"], fontsize=11)
     return _save(fig, Path(out_png))
+
+
+def render(result: dict[str, Any], out: str | Path) -> None:
+    """Fit every axis again from its points and write ``scaling_bench.json``, ``scaling_bench.md`` and one plot per
+    axis under ``out`` (what a run writes; ``kairos bench scaling --render-only`` re-renders a run's JSON)."""
+    from envs.core.io import write_json, write_text
+
+    out = Path(out)
+    for axis, data in result["axes"].items():
+        data["fits"] = fit_axis(data["sizes"], data["points"], data["measures"])
+        data["plot"] = str(plot_axis(data, out / f"scaling_{axis}.png"))
+    write_json(out / "scaling_bench.json", result)
+    write_text(out / "scaling_bench.md", format_markdown(result))

@@ -149,9 +149,10 @@ def _cli(*args, timeout=600):
     ("--chain-lengths", "6", "6 steps is not a multiple of hops + 1 = 4"),
     ("--size", "0", "key 'size' must be > 0"),
     ("--costs", "episode,nope", "unknown 'nope'"),
+    ("--render-only", None, "--render-only: no "),
 ])
 def test_a_bad_flag_is_one_error_line(flag, value, says, tmp_path):
-    r = _cli(flag, value, "--out", str(tmp_path / "s"), timeout=120)
+    r = _cli(*([flag] if value is None else [flag, value]), "--out", str(tmp_path / "s"), timeout=120)
     assert r.returncode == 2
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and says in lines[0] and lines[0].startswith("kairos bench: error:"), r.stderr
@@ -169,6 +170,8 @@ def test_the_chain_length_axis_through_the_cli_in_seconds(tmp_path):
     assert cl["fits"]["labels"]["tokens"]["exponent"] > cl["fits"]["episode"]["tokens"]["exponent"] > 0
     assert (out / "scaling_chain_length.png").is_file() and "| labels (per question) | generated tokens |" in \
         (out / "scaling_bench.md").read_text()
+    (out / "scaling_bench.md").unlink()
+    assert _cli("--render-only", "--out", str(out)).returncode == 0 and (out / "scaling_bench.md").is_file()
 
 
 @pytest.mark.slow
