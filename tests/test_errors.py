@@ -294,7 +294,7 @@ CASES = [
     ("train-yaml-invalid", lambda t: _train_yaml(t, "iterations: [1,\n"), ConfigError, r"train\.yaml:\d+:\d+"),
     # --- env configs
     ("env-unknown-task", lambda t: _env({"task": "hotpot"}), ConfigError,
-     r"EnvConfig.task: unknown task 'hotpot' \(registered: microworld, (questions, )?hotpotqa, musique"),
+     r"EnvConfig.task: unknown task 'hotpot' \(registered: microworld, (questions, )?(microworld_chain, )?hotpotqa, musique"),
     ("env-unknown-reasoner", lambda t: _env({"reasoner": "gpt"}), ConfigError,
      r"EnvConfig.reasoner: unknown reasoner 'gpt' \(registered: micro, hf, openai"),
     ("env-unknown-retriever", lambda t: _env({"retriever": "faiss"}), ConfigError,

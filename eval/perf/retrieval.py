@@ -437,6 +437,8 @@ def format_markdown(result: dict[str, Any]) -> str:
 
 def register(sub: Any) -> None:
     """Add ``kairos bench retrieval``."""
+    from envs.core.config import cli_bool
+
     p = sub.add_parser("retrieval", help="retrieval quality, index cost, latency, caches (table + JSON)",
                        description=__doc__.split("\n\n")[1] if __doc__ else None)
     p.add_argument("--config", default=None, help="YAML with the settings (flags override it)")
@@ -449,7 +451,7 @@ def register(sub: Any) -> None:
         p.add_argument("--" + name.replace("_", "-"), dest=name, type=int, default=None, help=_help(name))
     p.add_argument("--parts", default=None, help="comma-separated parts: hotpotqa,microworld,cache")
     p.add_argument("--rebuild", action="store_true", default=None, help=_help("rebuild"))
-    p.add_argument("--colbert-alt", dest="colbert_alt", default=None, type=lambda s: s.lower() in ("1", "true", "yes"),
+    p.add_argument("--colbert-alt", dest="colbert_alt", default=None, type=cli_bool,
                    help=_help("colbert_alt") + " (true/false)")
     p.set_defaults(func=cmd_bench)
 
