@@ -53,7 +53,7 @@ TASKS: Registry = _TaskRegistry("task")
 TASKS.register_path("microworld", "envs.components:microworld_components", labels=True)
 TASKS.register_path("questions", "envs.ungraded:questions_components", labels=False)  # user questions, ungraded
 # the micro-world's long chains: sub-questions in turn (EnvConfig.chain; envs.microworld.chain)
-TASKS.register_path("microworld_chain", "envs.microworld.chain:chain_components", labels=True)
+TASKS.register_path("microworld_chain", "envs.microworld.chain_env:chain_components", labels=True)
 
 
 @runtime_checkable

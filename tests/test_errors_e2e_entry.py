@@ -178,7 +178,10 @@ def test_serve_with_a_stale_ray_address_flag_names_the_flag():
 # ======================================================================= Ctrl-C
 def _interrupt_when(cmd: list[str], started, timeout: float = 240) -> subprocess.CompletedProcess:
     """Run ``cmd``, send SIGINT once ``started()`` holds (its work has begun), wait for it to end."""
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # a terminal's Ctrl-C: SIGINT at its default disposition in the child (a pytest-xdist worker ignores SIGINT, and
+    # an ignored signal stays ignored across exec — Python would then install no KeyboardInterrupt handler)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + timeout
     while not started() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -414,7 +414,7 @@ def test_answer_cli_with_a_long_corpus_is_bounded(tmp_path):
     corpus.write_text("".join(json.dumps({"id": f"p{i}", "title": f"T{i}", "text": "Buxgur works for Acme . "
                                           + "filler word " * 5000}) + "\n" for i in range(3)))
     t0 = time.monotonic()
-    r = _kairos("answer", "--policy", "always", "--corpus", str(corpus), "--json", "-",
+    r = _kairos("answer", "--policy", "always", "--corpus", str(corpus), "--json",
                 "Which company does Buxgur 's spouse work for ?")
     assert r.returncode == 0, r.stderr[-3000:]
     assert time.monotonic() - t0 < 90

@@ -211,20 +211,4 @@ def chain_corpus(config: Any, world: Any = None):
     return world.corpus(distractor_passages(world.kb, chain.distractors, chain.seed) if chain.distractors else None)
 
 
-def chain_components(config: Any):
-    """The env components of task ``microworld_chain``: the micro-world's, with the chain task, the chained
-    reasoner and the corpus with its distractors."""
-    from agents.reasoners.chained import ChainedReasoner
-    from envs.components import check_micro, world_components
-    from envs.core.microworld.artifact import load_artifact
-
-    check_micro(config, "microworld_chain")
-    if config.reasoner_service is not None:
-        raise ValueError("EnvConfig.reasoner_service: the microworld_chain task runs its chains in the env's process "
-                         "(drop reasoner_service)")
-    world = load_artifact(config.artifact)
-    task = ChainTask(world, config.split, chain_settings(config))
-    return world_components(config, world, task, chain_corpus(config, world), wrap=ChainedReasoner)
-
-
-__all__ = ["ANSWER_SEPARATOR", "ChainQuestion", "ChainTask", "chain_components", "chain_corpus", "draw_chains"]
+__all__ = ["ANSWER_SEPARATOR", "ChainQuestion", "ChainTask", "chain_corpus", "draw_chains"]
