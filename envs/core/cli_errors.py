@@ -27,6 +27,24 @@ def error_line(e: BaseException) -> str:
     return describe_os_error(e) if isinstance(e, OSError) else str(e) or type(e).__name__
 
 
+def _close_progress_bars() -> None:
+    """Close every live tqdm bar, so the handler's line starts on a line of its own (a bar interrupted mid-draw
+    leaves the cursor after its text; closing it clears or ends that line)."""
+    tqdm_module = sys.modules.get("tqdm.std")
+    if tqdm_module is None:
+        return
+    for bar in list(getattr(tqdm_module.tqdm, "_instances", ())):
+        try:
+            bar.close()
+        except Exception:  # noqa: BLE001 - a bar that cannot close must not hide the message
+            pass
+
+
+def _own_line(text: str) -> None:
+    _close_progress_bars()
+    print(text, file=sys.stderr, flush=True)
+
+
 def run_handled(prog: str, command: Callable[[], int | None], interrupted: str = INTERRUPTED) -> int:
     """Run ``command`` (no arguments); its exit status, 2 after an expected error, 130 after Ctrl-C — each
     reported as one line ``<prog>: error: …`` / ``<prog>: <interrupted>`` on stderr."""
@@ -35,9 +53,9 @@ def run_handled(prog: str, command: Callable[[], int | None], interrupted: str =
         return int(command() or 0)
     except KeyboardInterrupt:
         log.debug("interrupted", exc_info=True)
-        print(f"{prog}: {interrupted}", file=sys.stderr, flush=True)
+        _own_line(f"{prog}: {interrupted}")
         return 130
     except EXPECTED_ERRORS as e:
         log.debug("error", exc_info=True)
-        print(f"{prog}: error: {error_line(e)}", file=sys.stderr, flush=True)
+        _own_line(f"{prog}: error: {error_line(e)}")
         return 2
