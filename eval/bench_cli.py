@@ -20,7 +20,7 @@ for _name, _mod in (("retrieval", "perf.retrieval"), ("env", "perf.env"), ("dete
                     ("policies", "bench.policies"), ("querygen", "perf.querygen"), ("segmenter", "perf.segmenter"),
                     ("rsus", "perf.rsus"), ("suite", "bench.suite"), ("service", "perf.service"),
                     ("efficiency", "perf.efficiency"), ("engine", "perf.engine"), ("drift", "perf.drift"),
-                    ("scaling", "perf.scaling")):
+                    ("scaling", "perf.scaling"), ("projection", "perf.projection")):
     BENCHES.register_path(_name, f"eval.{_mod}:register")
 # the application layer's benchmark (kairos sits on top of eval: named by path, never imported here)
 BENCHES.register_path("serve", "kairos.serve_bench:register")

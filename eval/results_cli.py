@@ -18,7 +18,9 @@ Kinds:
   Table 1 layout (per detector AUROC [95% CI], PR-AUC, F1, precision, recall and threshold rule per split; only
   ``splits=`` when given), ``ablation`` PUlSE's ablations (only the variants whose label starts with a word of
   ``rows=``: ``parts`` magnitude / angle / both, ``interval``, ``pooling``), ``hedging`` the non-hedging check
-  (``detectors=``, default PUlSE and ReProbe); without ``part=`` all three.
+  (``detectors=``, default PUlSE and ReProbe); without ``part=`` all three;
+* ``projection PATH`` — a ``kairos bench projection`` run's ``projection.json`` (:mod:`eval.perf.projection`): its
+  assumptions, one table per tokens-per-step and its sources.
 
 ``kairos results update PAGE`` rewrites every block whose source exists (a missing source is reported and its
 block kept: the runs live on the machine that made them); ``--check`` changes nothing and exits 1 when a block
@@ -75,7 +77,11 @@ def render(kind: str, path: str, args: dict[str, str] | None = None) -> str:
         return "\n".join(rows)
     if kind == "detection":
         return _detection(data, args)
-    raise ValueError(f"unknown table kind {kind!r} (summary | budgets | groups | detection)")
+    if kind == "projection":
+        from eval.perf.projection import format_markdown
+
+        return format_markdown(data).strip()
+    raise ValueError(f"unknown table kind {kind!r} (summary | budgets | groups | detection | projection)")
 
 
 def _detection(data: dict[str, Any], args: dict[str, str]) -> str:
