@@ -115,6 +115,19 @@ class Components:
         return 0.0 if record is None else float(self.task.quality(q, record.content))
 
     @property
+    def has_partial_quality(self) -> bool:
+        """Whether the task grades a chain cut short (its optional ``partial_quality``): what the horizon labels of
+        :mod:`train.counterfactual` and ``reset``'s ``stop_at_step`` need."""
+        return callable(getattr(self.task, "partial_quality", None))
+
+    def partial_quality(self, q, lines: list[str]) -> float:
+        """The task's partial quality of the chain's lines written so far (``lines``: every step's text, in order;
+        NaN for an ungraded task). Only on a task that has one (:attr:`has_partial_quality`)."""
+        if not self.graded:
+            return float("nan")
+        return float(self.task.partial_quality(q, list(lines)))
+
+    @property
     def quality_metric(self) -> str:
         """The name of the metric :meth:`quality` returns (the task's ``quality_metric``; ``quality`` if none)."""
         return str(getattr(self.task, "quality_metric", "quality"))

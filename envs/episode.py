@@ -75,7 +75,9 @@ class Episode:
     log: list[dict[str, Any]] = field(default_factory=list)  # per decision, returned in the final info
     episode_feats: dict[str, tuple] = field(default_factory=dict)  # per-episode observation fields
     answer: StepRecord | None = None            # at the end: the record whose content is scored (None: no answer)
-    answer_status: str | None = None            # at the end: answered | closed (by answer_closing) | none
+    answer_status: str | None = None            # at the end: answered | closed (by answer_closing) | none |
+    #                                             stopped (at stop_at)
+    stop_at: int | None = None                  # reset's stop_at_step: stop once this step is generated
     done: str | None = None                     # terminated | truncated once the episode ended (step() refused)
 
     def fork(self) -> Episode:

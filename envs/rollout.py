@@ -87,7 +87,8 @@ def decide(policy: Any, observation: dict[str, Any], info: dict[str, Any]) -> tu
 
 def run_episodes(envs: list[RetrievalTimingEnv], policy: Any, question_indices: list[int],
                  after_batch: Callable[[], None] | None = None,
-                 cost_weights: dict[int, dict[str, float]] | None = None) -> Iterator[StepEvent]:
+                 cost_weights: dict[int, dict[str, float]] | None = None,
+                 stop_at_step: int | None = None) -> Iterator[StepEvent]:
     """Greedy episodes of ``policy`` on ``question_indices``, ``len(envs)`` at a time: one :class:`StepEvent` per
     decision (the decisions of one round in the order of the chunk's questions).
 
@@ -99,6 +100,9 @@ def run_episodes(envs: list[RetrievalTimingEnv], policy: Any, question_indices: 
         after_batch: called after each chunk's last episode ended (e.g. to fsync a results file).
         cost_weights: question index -> ``{cost: λ}`` its episode pays (and a cost-conditioned policy observes);
             a question without an entry pays what its env copy paid last.
+        stop_at_step: every episode stops once this step is generated, before the decision about it (``reset``'s
+            option of that name: truncated, ``answer_status`` 'stopped', its quality the task's partial quality;
+            nothing after it is generated). ``None``: episodes run to their end.
 
     Yields:
         :class:`StepEvent` — ``event.done`` marks an episode's last decision.
@@ -116,7 +120,8 @@ def run_episodes(envs: list[RetrievalTimingEnv], policy: Any, question_indices: 
         for t, q in zip(trig, chunk):
             t.reset(seed=q)
         outs = reset_batch(envs_, options=[{"question_index": q, **({"cost_weights": cost_weights[q]}
-                                                                    if cost_weights and q in cost_weights else {})}
+                                                                    if cost_weights and q in cost_weights else {}),
+                                            **({"stop_at_step": stop_at_step} if stop_at_step is not None else {})}
                                            for q in chunk])
         obs = [o for o, _ in outs]
         infos = [i for _, i in outs]

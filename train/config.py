@@ -49,15 +49,17 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
 
 #: keys added after runs were recorded, with the value every run before them computed with: a run's config.json
 #: without one of them is read as having it (resuming such a run with that value is no change)
-ADDED_KEYS = {"warmstart.dtype": "float32"}
+ADDED_KEYS = {"warmstart.dtype": "float32", "warmstart.horizon": None}
 
 
 def resume_changes(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, Any, Any]]:
     """``(key, old value, new value)`` of every dotted key whose value differs between a run's recorded config
     (``config.json``) and the config it is resumed with, except :data:`RESUME_FREE_KEYS` (and the keys below
-    them). A key only one side has counts as changed (``<unset>`` on the other), but for :data:`ADDED_KEYS`."""
+    them). A key only one side has counts as changed (``<unset>`` on the other), but for :data:`ADDED_KEYS` (read as
+    their value on a side whose section lacks them)."""
     a, b = _flatten(old), _flatten(new)
     a = {**{k: v for k, v in ADDED_KEYS.items() if isinstance(old.get(k.split(".")[0]), dict)}, **a}
+    b = {**{k: v for k, v in ADDED_KEYS.items() if isinstance(new.get(k.split(".")[0]), dict)}, **b}
     free = tuple(RESUME_FREE_KEYS)
     out = []
     for k in sorted(set(a) | set(b)):

@@ -40,7 +40,8 @@ def _as_trigger(policy: Any):
 
 def evaluate_policy(policy_or_trigger: Any, env_config: dict | Any, question_indices: list[int],
                     batch_size: int = 16, components=None, return_episodes: bool = False,
-                    jsonl_path: str | Path | None = None, progress: str | None = None) -> dict[str, Any]:
+                    jsonl_path: str | Path | None = None, progress: str | None = None,
+                    stop_at_step: int | None = None) -> dict[str, Any]:
     """Greedy episodes of ``policy_or_trigger`` on ``question_indices`` of ``env_config``'s split.
 
     Args:
@@ -56,6 +57,10 @@ def evaluate_policy(policy_or_trigger: Any, env_config: dict | Any, question_ind
         jsonl_path: append one row per finished question (decisions, signals, queries, passages, answer,
             costs, tokens, seconds); questions already in the file are not rerun (crash-resume).
         progress: a tqdm description to show a progress bar (None: no bar).
+        stop_at_step: stop every episode once this step is generated, before the decision about it (nothing
+            after it is generated; the row's ``quality`` is the task's partial quality of the lines written,
+            ``truncated`` true, ``answer_status`` 'stopped'; :func:`envs.rollout.run_episodes`). ``None``: whole
+            episodes. Keep the JSONL of such rows apart from whole episodes' (its resume reads any row as done).
 
     Returns:
         ``{"policy", "n", "accuracy", "calls_per_question", "reward", "steps_per_question",
@@ -104,7 +109,7 @@ def evaluate_policy(policy_or_trigger: Any, env_config: dict | Any, question_ind
             check_policy_env(trigger, venv.single_observation_space, cfg)
         # the one decision loop (envs.rollout: also what kairos.Pipeline runs); a row per finished question
         for ev in run_episodes(venv.envs if venv is not None else [], trigger, todo,
-                               after_batch=sync if sink is not None else None):
+                               after_batch=sync if sink is not None else None, stop_at_step=stop_at_step):
             if ev.done:
                 row = _row(ev.question_index, ev.next_info, ev.episode_return, ev.decision,
                            truncated=bool(ev.truncated and not ev.terminated))

@@ -11,7 +11,9 @@ that decision. For each training question this module, top to bottom:
 3. labels decision ``k`` with the episode rewards ``R = quality − λ·calls`` of the two branches:
    ``ΔR_k = R(retrieve at k) − R(accept at k)``, target ``y = 1[ΔR_k > 0]``, weight ``|ΔR_k|`` (cost-sensitive:
    a decision that changes nothing but the cost weighs λ, one that flips the answer weighs 1 ± λ). The greedy
-   policy of this classifier is one exact policy-improvement step over π₀ on the states π₀ visits;
+   policy of this classifier is one exact policy-improvement step over π₀ on the states π₀ visits. With
+   ``horizon: H`` the branches are generated only until step ``k+H`` and scored by the task's partial quality
+   there (:mod:`train.counterfactual`: O(H) tokens per decision instead of O(n));
    With QueryGen actions (``env_config.querygen``), the retrieve branch is run once per query mode: ``ΔR_k`` is
    the best mode's, and the mode head's target is the mode with the highest branch reward (ties: the mode with the
    higher mean branch reward where retrieving pays, :func:`mode_targets`), weighted by the spread of the modes'
@@ -97,6 +99,10 @@ class WarmStartOptions(ConfigBase):
     batch_envs: int = helpf(16, "questions in flight per batched generation call while labelling")
     workers: int = helpf(1, "processes labelling contiguous shards of the questions in parallel (one CPU and one "
                             "model copy each; the labels are the same for any number)")
+    horizon: int | None = helpf(None, "counterfactual: null — exact labels, each branch continued to the answer "
+                                      "(O(n²) tokens per question of n steps) | H >= 1 — each branch generated only "
+                                      "until step k+H, labelled by the task's partial quality there "
+                                      "(train.counterfactual; needs a task with partial_quality: microworld_chain)")
 
     def validate(self) -> None:
         if self.kind not in WARMSTART_KINDS:
@@ -117,6 +123,14 @@ class WarmStartOptions(ConfigBase):
             raise ConfigError(f"WarmStartOptions: val_share must be in (0, 1), got {self.val_share}")
         if self.lam is not None and not (np.isfinite(self.lam) and self.lam >= 0):
             raise ConfigError(f"WarmStartOptions: lam must be a finite number >= 0, got {self.lam}")
+        if self.horizon is not None and (isinstance(self.horizon, bool) or not isinstance(self.horizon, int)
+                                         or self.horizon < 1):
+            raise ConfigError(f"WarmStartOptions: horizon must be an integer >= 1 (steps each counterfactual branch "
+                              f"is generated past its decision) or null for the exact labels, got {self.horizon!r}: "
+                              "set warmstart.horizon: null or e.g. 4")
+        if self.horizon is not None and self.kind != "counterfactual":
+            raise ConfigError(f"WarmStartOptions: horizon applies to kind 'counterfactual' only (kind '{self.kind}' "
+                              "labels with the exact oracle): set warmstart.horizon: null")
         if self.epochs < 1 or self.lr <= 0 or self.batch_size < 1 or self.batch_envs < 1 or self.workers < 1:
             raise ConfigError("WarmStartOptions: epochs, batch_size, batch_envs, workers must be >= 1 and lr > 0")
 
@@ -141,6 +155,10 @@ def finished_warmstart(out: Path, cfg: EnvConfig, opts: WarmStartOptions,
     if kind != opts.kind:
         raise ConfigError(f"warm start: {out} holds a finished '{kind}' warm start, this run asks for "
                           f"warmstart.kind '{opts.kind}': delete {out} or use another out_dir")
+    horizon = saved_opts.get("horizon")
+    if horizon != opts.horizon:
+        raise ConfigError(f"warm start: {out} holds a warm start fitted on labels of horizon {horizon} (null: exact), "
+                          f"this run asks for warmstart.horizon {opts.horizon}: delete {out} or use another out_dir")
     dtype = saved_opts.get("dtype", "float32")
     if dtype != opts.dtype:
         raise ConfigError(f"warm start: {out} holds a warm start fitted in {dtype}, this run asks for "

@@ -171,6 +171,20 @@ class ChainTask:
         ok = self.sub_correct(q, answer_content)
         return sum(ok) / len(ok)
 
+    def partial_quality(self, q: ChainQuestion, lines: list[str]) -> float:
+        """The quality of a chain cut short: the share of all the chain's sub-questions whose answer line among
+        ``lines`` (the chain's step texts so far, in order; the i-th answer line answers the i-th sub-question) is its
+        gold answer — sub-questions not answered yet count as wrong. Once every answer line is written it is
+        :meth:`quality` (the horizon labels of :mod:`train.counterfactual`: ``Q(t)`` after step ``t``).
+
+        Example (the first of two sub-questions answered right, the second not reached)::
+
+            >>> task.partial_quality(q, ["Step 1 : Mira 's father is Tovan .", "Answer : Tovan"])  # doctest: +SKIP
+            0.5
+        """
+        answers = [sub_answer(line) for line in lines if is_sub_answer(line)][:len(q.parts)]
+        return sum(a == gold_answer(self.kb, p) for a, p in zip(answers, q.parts)) / len(q.parts)
+
     def metrics(self, q: ChainQuestion, answer_content: str | None) -> dict[str, float]:
         """``acc`` (the quality: the share of correct sub-answers) and ``all_correct`` (every one right)."""
         ok = self.sub_correct(q, answer_content)

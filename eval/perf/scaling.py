@@ -6,8 +6,11 @@ three-hop sub-questions in turn, ``4k`` steps with the ground truth of every sub
 a cold trajectory cache per measurement (:mod:`eval.perf.scaling_costs`):
 
 1. **chain length** (4, 8, 16, 32, 64 steps; ``--length-chains`` chains each): one episode, the counterfactual
-   warm start's labels, the cache oracle, the exact oracle's labels (DAgger's), one REINFORCE iteration (rollout and
-   update in this process, no Ray actors) and the benchmark per question;
+   warm start's labels — exact (``labels``: every branch continued to the answer) and with a horizon
+   (``labels_horizon``: every branch cut ``--labels-horizon`` steps past its decision; beside it, where both ran at a
+   size, the share of decisions whose target ``y`` agrees with the exact label and the correlation of ΔR) —, the cache
+   oracle, the exact oracle's labels (DAgger's), one REINFORCE iteration (rollout and update in this process, no Ray
+   actors) and the benchmark per question;
 2. **number of questions** (250, 1,000, 4,000, 10,000 chains of ``--questions-length`` steps, times ``--size``): the
    totals of the episodes, the labels and the benchmark;
 3. **corpus size** (10³ → 10⁵ passages: the world's facts plus distractor facts of other seeded worlds): building
@@ -60,8 +63,11 @@ class ScalingBenchConfig(ConfigBase):
     out: str = helpf("runs/bench/scaling", "output directory (JSON, Markdown, plots)")
     size: float = helpf(0.1, "scales the questions axis' counts (1.0: 250, 1,000, 4,000, 10,000 chains)", gt=0)
     axes: list[str] = helpf(list(AXES), "axes to measure: " + ", ".join(AXES))
-    costs: list[str] = helpf(["episode", "labels", "oracle", "oracle_labels", "reinforce", "benchmark"],
-                             "costs along the chain-length axis")
+    costs: list[str] = helpf(["episode", "labels", "labels_horizon", "oracle", "oracle_labels", "reinforce",
+                              "benchmark"], "costs along the chain-length axis")
+    labels_horizon: int | None = helpf(None, "labels_horizon: steps each counterfactual branch is generated past its "
+                                             "decision (WarmStartOptions.horizon; null: hops + 1, the rest of the "
+                                             "decision's sub-question from any of its steps)", ge=1)
     question_costs: list[str] = helpf(["episode", "labels", "benchmark"], "costs along the questions axis")
     chain_lengths: list[int] = helpf([4, 8, 16, 32, 64], "chain lengths in steps (multiples of hops + 1)", ge=1)
     hops: int = helpf(3, "hops of every sub-question (a sub-question is hops steps and its answer line)", ge=1)
@@ -103,6 +109,20 @@ class ScalingBenchConfig(ConfigBase):
             if not getattr(self, key):
                 raise ConfigError(f"ScalingBenchConfig.{key}: give at least one size")
 
+    @property
+    def horizon(self) -> int:
+        """The horizon of the ``labels_horizon`` cost (``labels_horizon``, or hops + 1)."""
+        return int(self.labels_horizon) if self.labels_horizon is not None else self.hops + 1
+
+    def cost_fns(self) -> dict[str, Any]:
+        """Every cost's function ``(env config, components, question indices, batch) -> row`` at this run's settings
+        (``labels_horizon`` at :attr:`horizon`)."""
+        from functools import partial
+
+        from eval.perf.scaling_costs import COSTS
+
+        return {**COSTS, "labels_horizon": partial(COSTS["labels_horizon"], horizon=self.horizon)}
+
     def scaled(self, n: int) -> int:
         """A count of the questions axis at this run's size (at least 2)."""
         return max(2, int(round(n * self.size)))
@@ -142,17 +162,21 @@ def projected_over(rows: list[dict], sizes: list[float], nxt: float, budget: flo
     return f"projected {proj:.0f} s (exponent {b:.2f}) > budget {budget:g} s" if proj > budget else None
 
 
-def measure_along(sizes: list[float], costs: list[str], setup, budget: float, bar) -> dict[str, list[dict]]:
+def measure_along(sizes: list[float], costs: list[str], setup, budget: float, bar,
+                  fns: dict[str, Any] | None = None) -> dict[str, list[dict]]:
     """Each cost at each size (``setup(size) -> (env config, components, question indices, batch)``), skipping sizes
     projected past the budget. Each cost runs once on one question at the smallest size first, unmeasured (one-time
-    work — lazy imports, first allocations — is no part of the baseline)."""
-    from eval.perf.scaling_costs import COSTS
+    work — lazy imports, first allocations — is no part of the baseline). ``fns``: the cost functions by name
+    (default :data:`eval.perf.scaling_costs.COSTS`). Where ``labels`` and ``labels_horizon`` both ran at a size, the
+    horizon row gets their agreement (:func:`eval.perf.scaling_costs.label_agreement`)."""
+    from eval.perf.scaling_costs import COSTS, label_agreement
 
+    run = fns or COSTS
     cfg0, comps0, _, batch0 = setup(sizes[0])
     for c in costs:
         bar.set_postfix_str(f"{c}: warm-up")
         try:
-            COSTS[c](cfg0, comps0, [0], batch0)
+            run[c](cfg0, comps0, [0], batch0)
         except ValueError:
             pass  # (measured below, where the error is reported)
     points: dict[str, list[dict]] = {c: [] for c in costs}
@@ -165,13 +189,18 @@ def measure_along(sizes: list[float], costs: list[str], setup, budget: float, ba
             else:
                 bar.set_postfix_str(f"{c} at {size:g}")
                 try:
-                    points[c].append(COSTS[c](*env))
+                    points[c].append(run[c](*env))
                 except ValueError as e:  # e.g. the exact oracle's search past its leaf cap: said in the report
                     log.warning("%s at %g: not measured (%s)", c, size, e)
                     points[c].append({"skipped": f"not measured: {e}", "skipped_short": "failed"})
                 else:
                     log.info("%s at %g: %.1f s", c, size, points[c][-1]["total_wall_s"])
             bar.update(1)
+        labels = {c: points[c][-1].pop("_labels", None) for c in costs}  # (question, ΔR): never in the report
+        if labels.get("labels") is not None and labels.get("labels_horizon") is not None:
+            agree = label_agreement(labels["labels"], labels["labels_horizon"])
+            if agree is not None:
+                points["labels_horizon"][-1].update(agree)
     return points
 
 
@@ -192,10 +221,11 @@ def chain_length_axis(cfg: ScalingBenchConfig, bar) -> dict[str, Any]:
         env = chain_env(cfg, int(length), chains)
         return env, build_components(env), list(range(chains)), cfg.batch
 
-    points = measure_along(list(cfg.chain_lengths), list(cfg.costs), setup, cfg.budget_s, bar)
+    points = measure_along(list(cfg.chain_lengths), list(cfg.costs), setup, cfg.budget_s, bar, cfg.cost_fns())
     return _axis("Cost against chain length", "steps",
                  f"{chains} chains of {cfg.hops}-hop sub-questions per length ({', '.join(map(str, cfg.chain_lengths))}"
-                 " steps); per question (episode: per episode; REINFORCE: per iteration of one episode per chain).",
+                 " steps); per question (episode: per episode; REINFORCE: per iteration of one episode per chain); "
+                 f"labels_horizon: horizon {cfg.horizon} steps.",
                  list(cfg.chain_lengths), points, AXIS_MEASURES["chain_length"])
 
 
@@ -206,7 +236,8 @@ def questions_axis(cfg: ScalingBenchConfig, bar) -> dict[str, Any]:
     env = chain_env(cfg, cfg.questions_length, max(counts))
     comps = build_components(env)
     points = measure_along(counts, list(cfg.question_costs),
-                           lambda n: (env, comps, list(range(int(n))), cfg.batch), cfg.budget_s, bar)
+                           lambda n: (env, comps, list(range(int(n))), cfg.batch), cfg.budget_s, bar,
+                           cfg.cost_fns())
     return _axis("Cost against the number of questions", "questions",
                  f"Chains of {cfg.questions_length} steps; the totals over all questions.", counts, points,
                  AXIS_MEASURES["questions"])
@@ -309,10 +340,10 @@ def run_bench(cfg: ScalingBenchConfig, command: str = "kairos bench scaling") ->
 # ------------------------------------------------------------------------------------------------ CLI
 _LISTS = {"axes": str, "costs": str, "question_costs": str, "retrievers": str, "chain_lengths": int,
           "question_counts": int, "corpus_sizes": int}
-_SCALARS = {"out": str, "size": float, "hops": int, "length_chains": int, "questions_length": int,
-            "corpus_length": int, "corpus_chains": int, "colbert_checkpoint": str, "plaid_max_passages": int,
-            "budget_s": float, "max_retrievals": int, "split": str, "artifact": str, "batch": int, "seed": int,
-            "threads": int}
+_SCALARS = {"out": str, "size": float, "hops": int, "labels_horizon": int, "length_chains": int,
+            "questions_length": int, "corpus_length": int, "corpus_chains": int, "colbert_checkpoint": str,
+            "plaid_max_passages": int, "budget_s": float, "max_retrievals": int, "split": str, "artifact": str,
+            "batch": int, "seed": int, "threads": int}
 
 
 def register(sub: Any) -> None:

@@ -9,6 +9,9 @@ encoded records in its own SQLite cache file). Each cost function runs the real 
 * :func:`episode_cost` — episodes of a Bernoulli(0.3) retrieval policy (``train.evaluate.evaluate_policy``);
 * :func:`labels_cost` — the counterfactual warm start's labels (``train.counterfactual.counterfactual_labels``,
   π₀ = never): every decision of π₀'s path flipped and continued to the answer;
+* :func:`labels_horizon_cost` — the same labels with a horizon H (``WarmStartOptions.horizon``): each flipped branch
+  generated only until H steps past its decision and scored by the task's partial quality there; where the exact
+  labels ran at the same size, how far the two agree (:func:`label_agreement`);
 * :func:`oracle_cost` — the cache oracle (``eval.bench.calibration.cache_oracle``: the best leaf per question at λ);
 * :func:`oracle_labels_cost` — the exact oracle's action values at every decision of π₀'s path (DAgger's labels,
   ``envs.oracle.oracle_action_values``);
@@ -150,19 +153,57 @@ def episode_cost(cfg: Any, comps: Any, questions: list[int], batch: int, p: floa
                  calls=r["calls_per_question"])
 
 
-def labels_cost(cfg: Any, comps: Any, questions: list[int], batch: int) -> dict[str, Any]:
-    """The counterfactual warm start's labels (π₀ = never), per question; ``decisions``: labelled decisions."""
+def labels_cost(cfg: Any, comps: Any, questions: list[int], batch: int, horizon: int | None = None
+                ) -> dict[str, Any]:
+    """The counterfactual warm start's labels (π₀ = never), per question; ``decisions``: labelled decisions.
+    ``horizon``: the horizon labels' H (``WarmStartOptions.horizon``; None: the exact labels). The row also holds
+    ``_labels`` — ``(question, ΔR)`` per labelled decision, for :func:`label_agreement` (not for the report:
+    :func:`eval.perf.scaling.measure_along` drops it)."""
     from train.counterfactual import counterfactual_labels
     from train.warmstart import WarmStartOptions
 
-    opts = WarmStartOptions(enabled=True, questions=None, behavior="never", batch_envs=batch)
+    opts = WarmStartOptions(enabled=True, questions=None, behavior="never", batch_envs=batch, horizon=horizon)
     with tempfile.TemporaryDirectory(prefix="kairos-scaling-labels-") as out, cold_cache(cfg) as (c, path), \
             Meter().running(comps, path) as m:
         res = counterfactual_labels(c, questions, opts, LAMBDA, Path(out), components=comps, progress=True)
     n_dec = int(len(res["y"]))
     return m.row(len(questions), "question", decisions=n_dec / max(1, len(questions)),
                  tokens_per_decision=m.tokens / max(1, n_dec), wall_s_per_decision=m.wall / max(1, n_dec),
-                 positive_share=float(np.mean(res["y"])) if n_dec else float("nan"))
+                 positive_share=float(np.mean(res["y"])) if n_dec else float("nan"),
+                 **({"horizon": int(horizon)} if horizon is not None else {}),
+                 _labels=(np.asarray(res["question"]), np.asarray(res["delta"], dtype=np.float64)))
+
+
+#: the horizon of :func:`labels_horizon_cost` when none is given: 4 steps, the rest of a 3-hop sub-question (its
+#: hops and its answer line) from any of its decisions
+HORIZON = 4
+
+
+def labels_horizon_cost(cfg: Any, comps: Any, questions: list[int], batch: int, horizon: int = HORIZON
+                        ) -> dict[str, Any]:
+    """The counterfactual labels with horizon ``horizon`` (each branch generated until ``horizon`` steps past its
+    decision, ``train.counterfactual``), per question: what :func:`labels_cost` measures, plus ``horizon``."""
+    return labels_cost(cfg, comps, questions, batch, horizon=int(horizon))
+
+
+def label_agreement(exact: tuple[np.ndarray, np.ndarray], other: tuple[np.ndarray, np.ndarray]
+                    ) -> dict[str, Any] | None:
+    """How far other labels (``(question, ΔR)`` per decision: :func:`labels_cost`'s ``_labels``) agree with the
+    exact ones of the same decisions: ``agreement_y`` — the share of decisions whose ``y = 1[ΔR > 0]`` is the exact
+    label's —, ``delta_corr`` — the Pearson correlation of ΔR (None where either is constant) — and
+    ``delta_equal_share`` — the share whose ΔR equals the exact one (to 1e-9). None when the decisions differ.
+
+    >>> q = np.array([0, 0, 1])
+    >>> label_agreement((q, np.array([0.4, -0.1, -0.6])), (q, np.array([0.4, -0.6, -0.6])))
+    {'agreement_y': 1.0, 'delta_corr': 0.866025403784, 'delta_equal_share': 0.6666666666666666}
+    """
+    (qa, da), (qb, db) = exact, other
+    if len(qa) != len(qb) or not np.array_equal(qa, qb) or not len(qa):
+        return None
+    corr = float(np.corrcoef(da, db)[0, 1]) if da.std() > 0 and db.std() > 0 else None
+    return {"agreement_y": float(np.mean((da > 0) == (db > 0))),
+            "delta_corr": None if corr is None else round(corr, 12),
+            "delta_equal_share": float(np.mean(np.abs(da - db) <= 1e-9))}
 
 
 def oracle_cost(cfg: Any, comps: Any, questions: list[int], batch: int) -> dict[str, Any]:
@@ -303,8 +344,8 @@ def benchmark_cost(cfg: Any, comps: Any, questions: list[int], batch: int) -> di
 
 
 #: cost name -> its function ``(env config, components, question indices, batch) -> row``
-COSTS = {"episode": episode_cost, "labels": labels_cost, "oracle": oracle_cost, "oracle_labels": oracle_labels_cost,
-         "reinforce": reinforce_cost, "benchmark": benchmark_cost}
+COSTS = {"episode": episode_cost, "labels": labels_cost, "labels_horizon": labels_horizon_cost, "oracle": oracle_cost,
+         "oracle_labels": oracle_labels_cost, "reinforce": reinforce_cost, "benchmark": benchmark_cost}
 
 
 # ------------------------------------------------------------------------------------------------ retrieval

@@ -112,7 +112,9 @@ def format_markdown(result: dict[str, Any]) -> str:
              f"(a sub-question is {cfg['hops']} steps and its answer line), λ of retrieval calls 0.1, at most "
              f"{cfg['max_retrievals']} retrievals per episode, {cfg['batch']} questions in flight; episodes: a "
              "Bernoulli(0.3) retrieval policy (the corpus axis: always retrieve); labels: the counterfactual warm start "
-             "(π₀ = never); oracle: the cache oracle at λ; oracle_labels: the exact oracle's action values at every "
+             "(π₀ = never), every branch continued to the answer; labels_horizon: the same labels with every branch "
+             "cut H steps past its decision (its agreement with the exact labels below the table, where both ran); "
+             "oracle: the cache oracle at λ; oracle_labels: the exact oracle's action values at every "
              "decision of π₀'s path; reinforce: one iteration (sampled episodes + one update) in-process, without Ray "
              "actors; benchmark: CoT, always, Bernoulli(0.3) and MinProb < 0.5 on one shared cache.",
              "", "Each cost is measured from a cold trajectory cache of its own. Exponents: least-squares fits of "
@@ -124,9 +126,28 @@ def format_markdown(result: dict[str, Any]) -> str:
         notes = [f"- {cost} at {axis['size_label']} {s:g}: {r['skipped']}" for cost, rows in axis["points"].items()
                  for s, r in zip(axis["sizes"], rows) if r and "skipped" in r]
         notes += [f"- {m}" for m in axis.get("masked", [])]
+        notes += agreement_notes(axis)
         if notes:
             parts += ["", *notes]
     return "\n".join(parts) + "\n"
+
+
+def agreement_notes(axis: dict[str, Any]) -> list[str]:
+    """One line per size where the horizon labels ran beside the exact ones: how far they agree.
+
+    >>> print(*agreement_notes({"size_label": "steps", "sizes": [4], "points": {"labels_horizon": [
+    ...     {"horizon": 4, "agreement_y": 1.0, "delta_corr": 0.9, "delta_equal_share": 0.95}]}}))
+    - labels_horizon (H = 4) at steps 4: y agrees with the exact labels on 100.0% of decisions, ΔR equal on 95.0%, \
+correlation 0.900
+    """
+    out = []
+    for s, r in zip(axis["sizes"], axis["points"].get("labels_horizon", [])):
+        if r and "agreement_y" in r:
+            corr = "–" if r.get("delta_corr") is None else f"{r['delta_corr']:.3f}"
+            out.append(f"- labels_horizon (H = {r.get('horizon', '?')}) at {axis['size_label']} {s:g}: y agrees with "
+                       f"the exact labels on {100 * r['agreement_y']:.1f}% of decisions, ΔR equal on "
+                       f"{100 * r['delta_equal_share']:.1f}%, correlation {corr}")
+    return out
 
 
 def plot_axis(axis: dict[str, Any], out_png: str | Path) -> Path:

@@ -149,6 +149,7 @@ def _cli(*args, timeout=600):
     ("--chain-lengths", "6", "6 steps is not a multiple of hops + 1 = 4"),
     ("--size", "0", "key 'size' must be > 0"),
     ("--costs", "episode,nope", "unknown 'nope'"),
+    ("--labels-horizon", "0", "key 'labels_horizon' must be >= 1"),
     ("--render-only", None, "--render-only: no "),
 ])
 def test_a_bad_flag_is_one_error_line(flag, value, says, tmp_path):
@@ -174,6 +175,38 @@ def test_the_chain_length_axis_through_the_cli_in_seconds(tmp_path):
     assert _cli("--render-only", "--out", str(out)).returncode == 0 and (out / "scaling_bench.md").is_file()
 
 
+def test_the_horizon_labels_beside_the_exact_ones_on_the_chain_length_axis(tmp_path):
+    """labels_horizon: fewer generated tokens per decision than the exact labels once the chain is longer than the
+    horizon, and where both ran their agreement (y and ΔR) in the JSON and the Markdown."""
+    out = tmp_path / "scaling"
+    r = _cli("--axes", "chain_length", "--costs", "labels,labels_horizon", "--chain-lengths", "4,8",
+             "--length-chains", "2", "--labels-horizon", "2", "--batch", "4", "--out", str(out))
+    assert r.returncode == 0, r.stderr[-3000:]
+    rep = json.loads((out / "scaling_bench.json").read_text())
+    assert rep["config"]["labels_horizon"] == 2
+    cl = rep["axes"]["chain_length"]
+    exact, horizon = cl["points"]["labels"], cl["points"]["labels_horizon"]
+    assert all(h["horizon"] == 2 and h["decisions"] == e["decisions"] for e, h in zip(exact, horizon))
+    assert horizon[1]["tokens_per_decision"] < exact[1]["tokens_per_decision"]
+    assert all(0.0 <= h["agreement_y"] <= 1.0 and 0.0 <= h["delta_equal_share"] <= 1.0 for h in horizon)
+    assert all(h["delta_corr"] is None or -1.0 <= h["delta_corr"] <= 1.0 for h in horizon)
+    assert not any("_labels" in row for rows in cl["points"].values() for row in rows)
+    assert "tokens_per_decision" in cl["fits"]["labels_horizon"]
+    md = (out / "scaling_bench.md").read_text()
+    assert "| labels_horizon (per question) | tokens / decision |" in md
+    assert "- labels_horizon (H = 2) at steps 8: y agrees with the exact labels on" in md
+
+
+def test_the_scaling_bench_defaults_measure_the_horizon_labels():
+    from eval.perf.scaling import ScalingBenchConfig
+
+    cfg = ScalingBenchConfig()
+    assert "labels_horizon" in cfg.costs and cfg.labels_horizon is None and cfg.horizon == cfg.hops + 1 == 4
+    assert ScalingBenchConfig.from_dict({"labels_horizon": 6}).horizon == 6
+    assert ScalingBenchConfig.from_dict({"hops": 2, "chain_lengths": [3, 6], "questions_length": 6,
+                                         "corpus_length": 3}).horizon == 3
+
+
 @pytest.mark.slow
 def test_the_scaling_bench_runs_end_to_end_at_a_tiny_size(tmp_path):
     out = tmp_path / "scaling"
@@ -184,7 +217,8 @@ def test_the_scaling_bench_runs_end_to_end_at_a_tiny_size(tmp_path):
     rep = json.loads((out / "scaling_bench.json").read_text())
     assert set(rep["axes"]) == {"chain_length", "questions", "corpus"}
     cl = rep["axes"]["chain_length"]
-    assert set(cl["points"]) == {"episode", "labels", "oracle", "oracle_labels", "reinforce", "benchmark"}
+    assert set(cl["points"]) == {"episode", "labels", "labels_horizon", "oracle", "oracle_labels", "reinforce",
+                                 "benchmark"}
     assert all("skipped" not in r for rows in cl["points"].values() for r in rows)
     assert cl["points"]["oracle"][1]["leaves"] > cl["points"]["oracle"][0]["leaves"] >= 1
     assert cl["points"]["reinforce"][0]["unit"] == "iteration" and cl["points"]["reinforce"][0]["decisions"] > 0
