@@ -19,6 +19,9 @@ Kinds:
   ``splits=`` when given), ``ablation`` PUlSE's ablations (only the variants whose label starts with a word of
   ``rows=``: ``parts`` magnitude / angle / both, ``interval``, ``pooling``), ``hedging`` the non-hedging check
   (``detectors=``, default PUlSE and ReProbe); without ``part=`` all three;
+* ``suite PATH [methods=A;B;…]`` — a ``kairos bench suite`` run's ``summary.json`` (:mod:`eval.bench.suite`): method ×
+  benchmark cells (quality / calls / harm rate) and the no-answer shares (only the named methods, in that order, with
+  ``methods=``);
 * ``projection PATH`` — a ``kairos bench projection`` run's ``projection.json`` (:mod:`eval.perf.projection`): its
   assumptions, one table per tokens-per-step and its sources.
 
@@ -77,11 +80,21 @@ def render(kind: str, path: str, args: dict[str, str] | None = None) -> str:
         return "\n".join(rows)
     if kind == "detection":
         return _detection(data, args)
+    if kind == "suite":
+        from eval.bench.suite import render_markdown
+
+        if args.get("methods"):
+            keep = [m.strip() for m in args["methods"].split(";")]
+            missing = [m for m in keep if m not in data["methods"]]
+            if missing:
+                raise ValueError(f"{path}: no method {missing[0]!r} (methods: {', '.join(data['methods'])})")
+            data = {**data, "methods": {k: data["methods"][k] for k in keep}}
+        return render_markdown("", data).split("\n", 2)[2].strip()  # without its title line
     if kind == "projection":
         from eval.perf.projection import format_markdown
 
         return format_markdown(data).strip()
-    raise ValueError(f"unknown table kind {kind!r} (summary | budgets | groups | detection | projection)")
+    raise ValueError(f"unknown table kind {kind!r} (summary | budgets | groups | detection | suite | projection)")
 
 
 def _detection(data: dict[str, Any], args: dict[str, str]) -> str:

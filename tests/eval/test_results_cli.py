@@ -3,6 +3,8 @@ its block; --check reports a stale page."""
 
 import json
 
+import pytest
+
 from eval.results_cli import update_page
 
 
@@ -70,3 +72,20 @@ def test_detection_blocks_render_table1_ablation_and_hedging(tmp_path):
     assert "| parts magnitude only | 0.600 | 0.550 [0.500, 0.600] | 0.300 |" in abl and "interval early" not in abl
     assert "| (a) question | 40 | 0 | 0.250 → 0.250 | 0.700 → 0.700 | 0.800 → 0.800 |" in hedge
     assert not update_page(page, check=True)["changed"]
+
+
+def test_suite_blocks_render_the_method_by_benchmark_table(tmp_path):
+    from eval.bench.suite import summary_rows
+
+    s = _summary()
+    cells = summary_rows({"musique": s, "hotpotqa": {**s, "methods": {"CoT": s["methods"]["CoT"]}}})
+    (tmp_path / "summary.json").write_text(json.dumps({"title": "Kairos benchmark suite: t", **cells}))
+    page = tmp_path / "results.md"
+    page.write_text(f"<!-- table: suite {tmp_path / 'summary.json'} methods=Entropy[q: dev];CoT -->\n<!-- /table -->\n")
+    update_page(page)
+    text = page.read_text()
+    assert "# Kairos benchmark suite" not in text and "| Entropy[q: dev] | 0.700 / 1.00 / – | – |" in text
+    assert text.index("| Entropy[q: dev]") < text.index("| CoT |") and "learned" not in text
+    page.write_text(f"<!-- table: suite {tmp_path / 'summary.json'} methods=FLARE -->\n<!-- /table -->\n")
+    with pytest.raises(ValueError, match="no method 'FLARE'"):
+        update_page(page)
