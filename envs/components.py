@@ -356,9 +356,6 @@ def build_reasoner(config: EnvConfig, world: Any = None):
 
     extra = {}
     if "rind" in config.signals or "qfs" in config.query_modes:  # DRAGIN's RIND / QFS read last-layer attention:
-        if config.reasoner != "hf":  # eager attention, captured
-            raise ValueError(f"EnvConfig.signals 'rind' / query mode 'qfs' (DRAGIN) need attentions; reasoner "
-                             f"'{config.reasoner}' does not expose them (use reasoner 'hf' or the micro-world)")
         extra = {"attn_implementation": "eager", "capture_attentions": "rind" in config.signals}  # QFS: its own pass
     reasoner = make_reasoner(config.reasoner, max_step_tokens=config.max_step_tokens,
                              **{**config.reasoner_options, **extra})

@@ -41,6 +41,11 @@ from envs.observation import config_groups, signal_names
 from envs.serving import CacheServiceSpec, ReasonerServiceSpec, RetrieverServiceSpec
 from envs.tasks import TASKS
 
+#: the reasoners that expose last-layer attentions (DRAGIN's RIND signal and QFS query need them)
+ATTENTION_REASONERS = ("micro", "hf")
+#: the reasoners that sample continuations with their hidden states (SeaKR's EigenScore, signal group 'eigen')
+SAMPLED_STATE_REASONERS = ("micro", "hf")
+
 #: the env presets (Gymnasium ids ``kairos/MicroWorld-v0``, ``kairos/HotpotQA-v0``; ``TrainConfig.env``): the
 #: EnvConfig keys a preset sets under a config's own. Merged only by :meth:`EnvConfig.from_preset`.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -290,6 +295,14 @@ class EnvConfig(ConfigBase):
                 raise ConfigError(f"{where}.reasoner_options: reasoner '{self.reasoner}' takes no options")
             import_dotted(cls_path).from_dict({**self.reasoner_options, "max_step_tokens": self.max_step_tokens},
                                               where=f"{where}.reasoner_options")
+        if ("rind" in self.signals or "qfs" in self.query_modes) and self.reasoner not in ATTENTION_REASONERS:
+            raise ConfigError(f"{where}: signals 'rind' / query mode 'qfs' (DRAGIN) read the reasoner's attentions; "
+                              f"reasoner '{self.reasoner}' does not expose them (reasoners that do: "
+                              f"{', '.join(ATTENTION_REASONERS)}): drop the DRAGIN method or run it on one of those")
+        if "eigen" in self.signals and self.reasoner not in SAMPLED_STATE_REASONERS:
+            raise ConfigError(f"{where}: signals 'eigen' (SeaKR's EigenScore) read the hidden states of sampled "
+                              f"continuations; reasoner '{self.reasoner}' does not sample them (reasoners that do: "
+                              f"{', '.join(SAMPLED_STATE_REASONERS)}): drop the SeaKR method or run it on one of those")
         for mode in self.query_modes:
             if mode.partition(":")[0] not in MODE_FACTORIES:
                 QUERY_MODES.check(mode, f"{where}.query_modes", ConfigError)

@@ -393,6 +393,15 @@ CASES = [
     # --- extension points
     ("registry-duplicate", _registry_duplicate, ValueError, r"trigger 'threshold' is already registered"),
     ("record-unregistered-type", _record_unregistered, TypeError, r"cannot store a Foreign in a record"),
+    # --- a method the reasoner cannot run: refused when the config loads, not after the methods before it ran
+    ("bench-dragin-on-vllm", lambda t: _bench(t, env={"split": "dev", "reasoner": "vllm"}, methods=[
+        {"name": "CoT", "kind": "never"}, {"name": "DRAGIN[step-level]", "kind": "threshold", "signal": "rind",
+                                           "env": {"signals": ["output", "rind"], "query_modes": ["qfs"]}}]),
+     ConfigError, r"methods\['DRAGIN\[step-level\]'\]\.env: signals 'rind' / query mode 'qfs' \(DRAGIN\) read "
+                  r"the reasoner's attentions; reasoner 'vllm' does not expose them"),
+    ("env-eigen-on-openai", lambda t: _env({"reasoner": "openai", "signals": ["output", "eigen"]}), ConfigError,
+     r"signals 'eigen' \(SeaKR's EigenScore\) .* reasoner 'openai' does not sample them \(reasoners that do: micro, "
+     r"hf\)"),
 ]
 
 
