@@ -26,7 +26,8 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import numbers
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -193,12 +194,17 @@ class CostModel:
         self.set_weights(weights)
 
     def set_weights(self, weights: dict[str, float]) -> None:
-        """Change λ of known costs (an unknown name is an error, not a silent no-op)."""
+        """Change λ of known costs (an unknown name is an error, not a silent no-op); every weight is checked before
+        any is changed."""
+        if not isinstance(weights, Mapping):
+            raise ValueError(f"cost weights are a mapping {{cost: λ}} (e.g. {{'retrieval_calls': 0.1}}), got "
+                             f"{type(weights).__name__} {weights!r:.80}")
         for k, v in weights.items():
             if k not in self.costs:
                 raise ValueError(f"unknown cost '{k}' in set_cost_weights (costs of this env: {list(self.costs)})")
-            if not math.isfinite(float(v)) or v < 0:
-                raise ValueError(f"cost weight of '{k}' must be a finite number >= 0, got {v}")
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(float(v)) or v < 0:
+                raise ValueError(f"cost weight of '{k}' must be a finite number >= 0, got {v!r}")
+        for k, v in weights.items():
             self.weights[k] = float(v)
 
     def __call__(self, event: CostEvent) -> tuple[float, dict[str, float]]:

@@ -32,6 +32,7 @@ from envs.core.config import (
     ConfigBase,
     ConfigError,
     coerce_value,
+    config_mapping,
     helpf,
     read_yaml_mapping,
     unknown_key_error,
@@ -192,7 +193,7 @@ class EnvConfig(ConfigBase):
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None, where: str | None = None) -> EnvConfig:
         """As :meth:`ConfigBase.from_dict` (``plugins`` imported first, so their names are valid here)."""
-        return super().from_dict(_off_holdout(dict(data or {})), where)
+        return super().from_dict(_off_holdout(config_mapping(cls, data, where)), where)
 
     def to_dict(self) -> dict[str, Any]:
         """As :meth:`ConfigBase.to_dict`; ``plugins`` only when set (an env without plug-ins keeps its cache

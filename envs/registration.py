@@ -14,6 +14,18 @@ def make_env(preset: str | None = None, config: EnvConfig | dict | None = None, 
     dict of overrides (:meth:`EnvConfig.from_preset`)."""
     from envs.retrieval_env import RetrievalTimingEnv
 
+    keys = [k for k in kwargs if k not in ("components", "render_mode")]
+    if keys:  # an env setting given as a keyword: RetrievalTimingEnv's own TypeError would not say where it goes
+        import dataclasses
+
+        from envs.core.config import ConfigError
+
+        fields = {f.name for f in dataclasses.fields(EnvConfig)}
+        if keys[0] in fields:
+            raise ConfigError(f"make_env: '{keys[0]}' is an env config key, not a keyword of make_env: pass it in "
+                              f"config, e.g. make_env({preset!r}, config={{{keys[0]!r}: {kwargs[keys[0]]!r}}})")
+        raise TypeError(f"make_env: unknown keyword '{keys[0]}' (make_env takes preset, config, components, "
+                        "render_mode; env settings go in config={...})")
     if isinstance(config, EnvConfig):
         if preset is not None and preset not in PRESETS:
             raise ValueError(f"unknown preset '{preset}' (valid: {', '.join(PRESETS)})")

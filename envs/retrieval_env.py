@@ -142,9 +142,9 @@ def reset_batch(envs: list[RetrievalTimingEnv], seeds: list[int | None] | None =
         if idx is None:
             idx = int(e.np_random.integers(len(questions)))
         e.ep = Episode(q=questions[idx], qidx=idx, stop_at=_stop_at(e, opts))
-        if opts and opts.get("cost_weights"):
+        if opts and opts.get("cost_weights") is not None:  # (a falsy non-mapping such as 0 is refused, not skipped)
             try:
-                e.set_cost_weights(dict(opts["cost_weights"]))
+                e.set_cost_weights(opts["cost_weights"])
             except (TypeError, ValueError) as err:
                 raise EnvUsageError(f"reset(options=…): cost_weights: {err}") from None
         if e.cost_ranges:  # a cost-conditioned policy's training: this episode's λ, drawn (and observed)

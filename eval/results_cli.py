@@ -118,6 +118,26 @@ def _detection(data: dict[str, Any], args: dict[str, str]) -> str:
     return "\n\n".join(out)
 
 
+def _render_block(page: Path, line: int, kind: str, path: str, rest: str) -> str:
+    """:func:`render` of the marker at ``page:line``; a source that is not JSON, or a JSON of another shape than
+    the kind reads, is a :class:`ValueError` naming the page's line, the kind and the source (not a traceback)."""
+    where = f"{page}:{line}: table {kind} {path}"
+    try:
+        return render(kind, path, _args(rest))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{where}: the source is not JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{where}: the source is not UTF-8 text") from None
+    except KeyError as e:
+        raise ValueError(f"{where}: the source is not a {kind} JSON (it has no field {e.args[0]!r}); point the "
+                         f"marker at the file its kind reads (see `kairos results update --help`)") from None
+    except (TypeError, AttributeError, IndexError) as e:
+        raise ValueError(f"{where}: the source is not a {kind} JSON (a field has another shape: {e}); point the "
+                         f"marker at the file its kind reads") from None
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
+
+
 def update_page(page: str | Path, check: bool = False) -> dict[str, Any]:
     """Regenerate every marked block of ``page`` (written atomically unless ``check``). Returns
     ``{"updated": [...], "missing": [...], "changed": bool}``."""
@@ -133,11 +153,16 @@ def update_page(page: str | Path, check: bool = False) -> dict[str, Any]:
         if not m:
             continue
         end = next((j for j in range(i, len(lines)) if lines[j].strip() == END), None)
+        nested = next((j for j in range(i, end if end is not None else len(lines)) if MARK.match(lines[j].strip())),
+                      None)
+        if nested is not None:  # the block would swallow the next marker (and its table) with it
+            raise ValueError(f"{page}:{i}: '{lines[i - 1].strip()}' has no closing {END} before the next marker "
+                             f"(line {nested + 1}); add {END} after its table")
         if end is None:
             raise ValueError(f"{page}:{i}: '{lines[i - 1].strip()}' has no closing {END}")
         kind, path, rest = m.group(1), m.group(2), m.group(3)
         if Path(path).is_file():
-            out += ["", render(kind, path, _args(rest)), ""]
+            out += ["", _render_block(page, i, kind, path, rest), ""]
             updated.append(path)
         else:
             out += lines[i:end]

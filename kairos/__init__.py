@@ -38,6 +38,8 @@ Example:
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import sys
 from typing import Any
 
 #: public name -> "module:attribute", imported on first use
@@ -127,3 +129,24 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
+
+
+class _GymIdsWhenGymnasiumLoads(importlib.abc.MetaPathFinder):
+    """``import kairos`` then ``gym.make("kairos/MicroWorld-v0")``: the ids are registered by ``import envs``, which
+    ``import kairos`` does not do (it stays light) — so when gymnasium is imported, import ``envs`` and let its own
+    one-shot hook (:mod:`envs.gym_ids`) register the ids right after gymnasium's module code. Finds nothing itself."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "gymnasium":
+            return None
+        sys.meta_path.remove(self)
+        from envs import gym_ids  # `import envs` inserts gym_ids' hook for gymnasium
+
+        hook = next((f for f in sys.meta_path if isinstance(f, gym_ids._RegisterAfterImport)), None)
+        return hook.find_spec(fullname, path, target) if hook is not None else None
+
+
+if "gymnasium" in sys.modules:  # gymnasium came first: register the ids now
+    import envs  # noqa: F401
+elif not any(isinstance(f, _GymIdsWhenGymnasiumLoads) for f in sys.meta_path):
+    sys.meta_path.insert(0, _GymIdsWhenGymnasiumLoads())

@@ -326,6 +326,10 @@ def policy_env_config(path: str | Path) -> dict[str, Any]:
         ValueError: neither is there (naming what to pass).
     """
     path = Path(path)
+    if not (path / "spec.json").is_file():  # e.g. from_policy("never"): a trigger has no env of its own
+        raise ValueError(f"{str(path)!r} is not an exported policy directory (no {path / 'spec.json'}), so it records "
+                         "no env config: give the env yourself — Pipeline.from_policy(…, env_config={...}) or "
+                         "Pipeline(policy, env_config) — or the directory `kairos train` exported")
     meta = json.loads((path / "spec.json").read_text())
     if meta.get("env_config"):
         return dict(meta["env_config"])

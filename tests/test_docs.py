@@ -305,6 +305,21 @@ def test_python_imports_yaml_and_paths():
     assert r.returncode == 0, r.stderr[-2000:]
 
 
+#: the project's internal tracker numbers ("issue 36", "stop 29", "session-22"): a reader cannot follow them, so a
+#: page names the commit, the date or the change instead (another project's issue links, `…/issues/123`, pass)
+TRACKER_REF = re.compile(r"\b(?:stop|issue|session)s?[ -]?#?\d+", re.IGNORECASE)
+
+
+def test_pages_speak_without_tracker_numbers():
+    hits = [f"{path.relative_to(ROOT)}:{i}: {m.group(0)!r}"
+            for path in ALL_TEXT
+            for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+            for m in TRACKER_REF.finditer(line)]
+    assert not hits, "internal tracker numbers in the docs (name the commit or the change):\n" + "\n".join(hits)
+    assert TRACKER_REF.search("the runs of Stop 30") and TRACKER_REF.search("(issue #36 item 2)")
+    assert not TRACKER_REF.search("see github.com/org/repo/issues/36 and `stop_at_step`")
+
+
 # ----------------------------------------------------------------------------------------------- running pages
 def _workdir(tmp: Path) -> Path:
     """A working directory that looks like the repository root: its entries linked, a .venv/bin of shims."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from envs.core.config import ConfigBase, ConfigError, helpf
+from envs.core.config import ConfigBase, ConfigError, config_mapping, helpf
 from envs.core.plugins import import_plugins
 from envs.env_config import PRESETS, EnvConfig
 from envs.serving import ReasonerServiceConfig, RetrieverServiceConfig
@@ -227,7 +227,7 @@ class TrainConfig(ConfigBase):
     def from_dict(cls, data: dict[str, Any] | None, where: str | None = None) -> TrainConfig:
         """As :meth:`ConfigBase.from_dict`, the ``env_config`` mapping loaded over the preset ``env`` names."""
         where = where or cls.__name__
-        data = dict(data or {})
+        data = config_mapping(cls, data, where)
         if data.get("plugins"):  # before the env (loaded here, over its preset) checks its names
             import_plugins(data["plugins"], f"{where}.plugins", ConfigError)
         env = data.get("env", "microworld")

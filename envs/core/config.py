@@ -30,6 +30,7 @@ import json
 import math
 import types
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -179,6 +180,16 @@ def plain_data(value: Any) -> Any:
     return value
 
 
+def config_mapping(cls: type, data: Any, where: str | None = None) -> dict[str, Any]:
+    """``data`` as a new dict for ``cls.from_dict`` (``None``: empty); anything but a mapping is a
+    :class:`ConfigError` naming ``where`` — not the TypeError or ValueError ``dict()`` would raise. Every
+    ``from_dict`` goes through it."""
+    if data is not None and not isinstance(data, Mapping):
+        raise ConfigError(f"{where or cls.__name__}: {cls.__name__} must be a mapping of its keys (key: value), "
+                          f"got {type(data).__name__} {data!r:.80}")
+    return dict(data or {})
+
+
 def _hand_down_plugins(obj: Any, plugins: list[str]) -> None:
     """A config's ``plugins`` added to those of the configs it holds that have the key (its env: which carries them
     to every worker process)."""
@@ -200,7 +211,7 @@ class ConfigBase:
     def from_dict(cls, data: dict[str, Any] | None, where: str | None = None) -> typing.Self:
         """Build the config from a mapping; unknown keys raise :class:`ConfigError` naming the key."""
         where = where or cls.__name__
-        data = dict(data or {})
+        data = config_mapping(cls, data, where)
         hints = typing.get_type_hints(cls)
         fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
         unknown = [k for k in data if k not in fields]
@@ -341,11 +352,13 @@ def sets_error(e: ConfigError, given: dict[str, str], flag: str = "--set") -> Co
     import re
 
     msg = str(e)
+    # the key the error is about, not the keys it lists as valid or suggests ("(valid keys: …); did you mean …")
+    subject = re.sub(r" \(valid(?: keys)?: [^)]*\)|; did you mean '[^']*'\?", "", msg)
     for key, kv in sorted(given.items(), key=lambda kv: -len(kv[0])):
         parts = key.split(".")
         for i in range(len(parts)):
             tail = re.escape(".".join(parts[i:]))
-            if re.search(rf"(?<![\w.]){tail}(?![\w])", msg) or re.search(rf"'{tail}\.", msg):
+            if re.search(rf"(?<![\w.]){tail}(?![\w])", subject) or re.search(rf"'{tail}\.", subject):
                 return ConfigError(f"{flag} {kv}: {msg}")
     return e
 

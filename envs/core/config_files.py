@@ -12,7 +12,8 @@ that are not UTF-8 are named with their line — and resolves **inheritance**: a
   one key of the parent's env); any other value — a number, a string, a list — replaces the parent's. ``KEY+: [...]``
   appends to the parent's list ``KEY`` (a benchmark adding a row to its parent's ``methods``); ``KEY-: [...]`` removes
   from it the entries named (a mapping by its ``name``, anything else by its value) — before any ``KEY+`` of the same
-  file; a name the parent's list does not hold is an error.
+  file; a name the parent's list does not hold is an error, and so is ``KEY`` beside ``KEY+`` / ``KEY-`` in one
+  mapping (the list would replace the parent's and the edit be lost).
 * :func:`read_config` returns the merged mapping and, for every leaf key path, the file that set it
   (``kairos config show FILE`` prints both).
 
@@ -119,6 +120,10 @@ def resolve_base(name: Any, child: Path) -> Path:
     for t in tried:
         if t.is_file():
             return t
+    folders = [t for t in tried if t.is_dir()]
+    if folders:
+        raise ConfigError(f"{child}: base {name!r} is a folder ({folders[0]}), not a config file; name the parent "
+                          "recipe's YAML file, e.g. base: configs/train_microworld_rsus_verb_ent.yaml")
     raise ConfigError(f"{child}: base {name!r} not found (tried {', '.join(str(t) for t in tried)}); name the "
                       "parent recipe by its path from the repository root, e.g. base: configs/experiments/microworld/train_microworld.yaml")
 
@@ -155,6 +160,12 @@ def _check_appends(data: dict, path: Path, prefix: str = "") -> None:
 def _merge(into: dict, sources: dict[str, str], child: dict, path: Path, prefix: str) -> None:
     """Merge ``child`` into ``into`` in place (mappings key by key, anything else replaced, ``KEY-`` removed from and
     then ``KEY+`` appended to the parent's list)."""
+    for k in child:  # `KEY:` beside `KEY+:` / `KEY-:` in one mapping: which applies first is not written anywhere
+        if isinstance(k, str) and k.endswith((APPEND, REMOVE)) and k[:-1] in child:
+            raise ConfigError(f"{path}: '{prefix}{k[:-1]}' and '{prefix}{k}' are both given: '{prefix}{k[:-1]}:' "
+                              f"replaces the parent's list, so '{prefix}{k}' would be lost or applied to this file's "
+                              f"own list — keep one (put every entry in '{prefix}{k[:-1]}:', or edit the parent's "
+                              f"list with '{prefix}{k[:-1]}-:' / '{prefix}{k[:-1]}+:' only)")
     removals_first = sorted(child.items(), key=lambda kv: not (isinstance(kv[0], str) and kv[0].endswith(REMOVE)))
     for k, v in removals_first:
         key = f"{prefix}{k}"

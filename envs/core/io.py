@@ -110,6 +110,11 @@ def atomic_open(path: str | Path, mode: str = "w", **kw: Any) -> Iterator[IO[Any
     """
     path = Path(path)
     make_dir(path.parent)
+    if path.is_dir():  # else os.replace fails naming the temporary file, not the path the caller gave
+        err = OutputError(f"cannot write {path}: it is a folder, not a file; give the path of a file (in it, or "
+                          "elsewhere)")
+        err.errno, err.filename = errno.EISDIR, str(path)
+        raise err
     with writing(path):
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; give the file the usual permissions

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from envs.core.config import ConfigBase, ConfigError, helpf
+from envs.core.config import ConfigBase, ConfigError, config_mapping, helpf
 from envs.core.registry import Registry, UnknownNameError
 from envs.env_config import EnvOverrides
 
@@ -95,7 +95,7 @@ class MethodSpec(ConfigBase):
     def from_dict(cls, data: dict[str, Any] | None, where: str | None = None) -> MethodSpec:
         """The spec class ``data['kind']`` names, built from ``data``; errors name the method
         (``BenchConfig.methods['X'].key``) and a key of another kind lists this kind's valid keys."""
-        data = dict(data or {})
+        data = config_mapping(cls, data, where)
         name = data.get("name")
         where = f"{where}['{name}']" if where and name else where
         target = cls

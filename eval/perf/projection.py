@@ -90,17 +90,53 @@ def merged_points(paths: list[str]) -> tuple[dict[str, dict[int, dict]], list[di
             data = json.loads(path.read_text(encoding="utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise ConfigError(f"kairos bench projection: --scaling {p} is not a scaling_bench.json ({e})") from None
-        axis = (data.get("axes") or {}).get("chain_length") if isinstance(data, dict) else None
+        axes = data.get("axes") if isinstance(data, dict) else None
+        axis = axes.get("chain_length") if isinstance(axes, dict) else None
         if not axis:
             raise ConfigError(f"kairos bench projection: --scaling {p} has no chain-length axis (run `kairos bench "
                               f"scaling --axes chain_length`)")
-        for cost, rows in (axis.get("points") or {}).items():
-            for size, row in zip(axis["sizes"], rows):
-                if row and row.get("tokens") is not None:
-                    points.setdefault(cost, {})[int(size)] = row
+        for cost, size, row in _axis_rows(axis, p):
+            points.setdefault(cost, {})[size] = row
         sources.append({"path": str(path), "command": data.get("command"),
                         "cpu_model": (data.get("environment") or {}).get("cpu_model")})
     return points, sources
+
+
+def _axis_rows(axis: Any, p: str) -> list[tuple[str, int, dict]]:
+    """``(cost, chain length, row)`` of every measured point of a scaling JSON's ``chain_length`` axis; a field of
+    another shape is a :class:`ConfigError` naming the file and the field (not a traceback)."""
+    def bad(field: str, want: str, got: Any) -> ConfigError:
+        return ConfigError(f"kairos bench projection: --scaling {p}: field axes.chain_length{'.' + field if field else ''} must be {want}, "
+                           f"got {got!r:.80}; pass a scaling_bench.json written by `kairos bench scaling`")
+
+    if not isinstance(axis, dict):
+        raise bad("", "a mapping (sizes, points)", axis)
+    sizes, points = axis.get("sizes"), axis.get("points") or {}
+    if not isinstance(sizes, list) or not all(isinstance(s, (int, float)) and not isinstance(s, bool)
+                                              and math.isfinite(s) and float(s).is_integer() and s >= 1
+                                              for s in sizes):
+        raise bad("sizes", "a list of chain lengths (integers >= 1)", sizes)
+    if not isinstance(points, dict):
+        raise bad("points", "a mapping cost -> one row per size", points)
+    out = []
+    for cost, rows in points.items():
+        if not isinstance(rows, list):
+            raise bad(f"points.{cost}", "a list (one row per size)", rows)
+        for size, row in zip(sizes, rows):
+            if not row:  # a length the bench skipped
+                continue
+            if not isinstance(row, dict):
+                raise bad(f"points.{cost}", "a list of rows (mappings with 'tokens')", row)
+            tokens = row.get("tokens")
+            if tokens is None:
+                continue
+            if isinstance(tokens, bool) or not isinstance(tokens, (int, float)) or not math.isfinite(tokens):
+                raise bad(f"points.{cost}[{size}].tokens", "a finite number", tokens)
+            episodes = row.get("episodes")
+            if episodes is not None and (isinstance(episodes, bool) or not isinstance(episodes, (int, float))):
+                raise bad(f"points.{cost}[{size}].episodes", "a number", episodes)
+            out.append((str(cost), int(size), row))
+    return out
 
 
 def project(cfg: ProjectionConfig) -> dict[str, Any]:
@@ -120,7 +156,7 @@ def project(cfg: ProjectionConfig) -> dict[str, Any]:
     ep = fits.get("episode") or {}
     if ep.get("exponent") is None:
         raise ConfigError("kairos bench projection: the scaling JSONs have fewer than 2 chain lengths of the cost "
-                          "'episode' (it sets the micro-world's tokens per step)")
+                          "'episode' with tokens > 0 (it sets the micro-world's tokens per step)")
     n = cfg.steps
     mw_tokens_per_step = ep["coefficient"] * n ** ep["exponent"] / n
     units = {"labels": cfg.questions, "episode": cfg.questions, "reinforce": cfg.train_episodes,
