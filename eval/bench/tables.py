@@ -43,7 +43,8 @@ def _acc(v: dict) -> str:
 
 def methods_table(s: dict[str, Any]) -> str:
     lam = s["setup"]["lambda_retrieval"]
-    rows = ["| method | kind | accuracy [95% CI] | calls / q | reward | harm rate | query mode | "
+    metric = {"f1": "F1", "em": "EM"}.get(s["setup"].get("quality_metric", "accuracy"), "accuracy")
+    rows = [f"| method | kind | {metric} [95% CI] | calls / q | reward | harm rate | query mode | "
             "− best fixed [95% CI] | oracle-gap fraction [95% CI] |", "|---|---|---|---|---|---|---|---|---|"]
     for k, v in sorted(s["methods"].items(), key=lambda kv: -kv[1]["reward"]):
         harm = "–" if v.get("harm_rate") is None else f"{v['harm_rate']:.3f}"
@@ -51,7 +52,7 @@ def methods_table(s: dict[str, Any]) -> str:
         rows.append(f"| {md_name(k)}{mark} | {v['kind']} | {_acc(v)} | "
                     f"{v['calls']:.2f} | {v['reward']:.3f} | {harm} | {v.get('query_mode') or ('–' if v['calls'] == 0 else 'env default')} | "
                     f"{_ci(v.get('vs_best_fixed'))} | {_ci(v.get('oracle_gap_fraction'), 'fraction', 2, False)} |")
-    return "\n".join(rows) + f"\n\nreward = accuracy − {lam:g} · calls; n = {s['setup']['n_test']} test questions."
+    return "\n".join(rows) + f"\n\nreward = {metric} − {lam:g} · calls; n = {s['setup']['n_test']} test questions."
 
 
 def breakdown_table(s: dict[str, Any], by: str, lam: float | None = None) -> str:

@@ -89,3 +89,13 @@ def test_suite_blocks_render_the_method_by_benchmark_table(tmp_path):
     page.write_text(f"<!-- table: suite {tmp_path / 'summary.json'} methods=FLARE -->\n<!-- /table -->\n")
     with pytest.raises(ValueError, match="no method 'FLARE'"):
         update_page(page)
+
+
+def test_summary_table_names_the_quality_metric_it_reports():
+    from eval.bench.tables import methods_table
+
+    s = _summary()
+    assert "| accuracy [95% CI] |" in methods_table(s) and "reward = accuracy − 0.1" in methods_table(s)
+    s["setup"]["quality_metric"] = "f1"
+    table = methods_table(s)
+    assert "| F1 [95% CI] |" in table and "accuracy" not in table and "reward = F1 − 0.1 · calls" in table
