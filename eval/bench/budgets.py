@@ -10,6 +10,9 @@ told the budget λ, it decides for it. With ``BenchConfig.lambdas`` the benchmar
 2. **a benchmark per λ** (``<out_dir>/lambda=<λ>/``): every fixed trigger calibrated on dev *at that λ* (threshold,
    query mode, never-fire included), the oracle searched at that λ, the conditioned policy told that λ, the
    specialists (rows with ``lam``: trained at one λ) run as they are; the test curves once (they do not depend on λ);
+   the episodes of a trigger that does not observe λ (every fixed trigger's dev sweep and test run, the baselines,
+   Random) are generated at the first λ and copied to the others with their rewards recomputed — the rows a rerun
+   would write, at a fraction of the time (``BenchConfig.reuse_episodes_from``, :meth:`Runner.run`);
 3. **the frontier** (:func:`budget_summary`): per λ, each learned group (seeds pooled per question) − the best fixed
    trigger at that λ and the oracle-gap fraction, with paired CIs; the conditioned policy against the specialist
    trained at that λ; the accuracy-vs-calls curves — the conditioned policy's, every fixed trigger's, the oracle's —
@@ -45,16 +48,19 @@ def policy_reads_budget(path: str | Path) -> bool:
     return spec.is_file() and "costs" in (json.loads(spec.read_text()).get("spec", {}).get("fields") or {})
 
 
-def _per_lambda(cfg, lam: float, pinned: dict[str, str], curves: bool):
+def _per_lambda(cfg, lam: float, pinned: dict[str, str], curves: bool, reuse_from: float | None = None):
     """The benchmark at ``lam``: the config's, its λ and folder changed, conditioned rows pinned to the snapshot
-    chosen over every budget, test curves only where ``curves``."""
+    chosen over every budget, test curves only where ``curves``; the episodes of triggers that do not observe λ
+    copied from the benchmark at ``reuse_from`` (their rewards recomputed at ``lam``: :meth:`Runner.run`)."""
     methods = []
     for m in cfg.methods:
         if m.name in pinned:
             m = dataclasses.replace(m, path=pinned[m.name], select_on_dev=False)
         methods.append(m)
+    reuse = str(lambda_dir(cfg.out_dir, reuse_from)) if reuse_from is not None else cfg.reuse_episodes_from
     return dataclasses.replace(cfg, lambda_retrieval=float(lam), out_dir=str(lambda_dir(cfg.out_dir, lam)),
-                               lambdas=[], methods=methods, test_curves=bool(cfg.test_curves and curves))
+                               lambdas=[], methods=methods, test_curves=bool(cfg.test_curves and curves),
+                               reuse_episodes_from=reuse)
 
 
 def select_over_budgets(cfg) -> tuple[dict[str, str], dict[str, Any]]:
@@ -101,7 +107,9 @@ def run_budgets(cfg, run_one) -> dict[str, Any]:
     summaries = {}
     for i, lam in enumerate(cfg.lambdas):
         log.info("bench %s: λ = %g (%d of %d)", cfg.name, lam, i + 1, len(cfg.lambdas))
-        summaries[float(lam)] = run_one(_per_lambda(cfg, lam, pinned, curves=(i == 0)))
+        # the first λ runs every episode; each later one copies those no λ changes (fixed triggers' sweeps, runs)
+        summaries[float(lam)] = run_one(_per_lambda(cfg, lam, pinned, curves=(i == 0),
+                                                    reuse_from=cfg.lambdas[0] if i else None))
     out = Path(cfg.out_dir)
     budgets = budget_summary(cfg, summaries, selection)
     write_json(out / "budgets.json", budgets)

@@ -40,6 +40,10 @@ class BenchConfig(ConfigBase):
                                          "reward and calls, seeds pooled per question, paired bootstrap (two "
                                          "recipes' rows in one benchmark)")
     test_curves: bool = helpf(True, "sweep each threshold trigger's grid on test too (the plot's curves)")
+    reuse_episodes_from: str = helpf("", "the folder of this benchmark at another λ (same env, questions and "
+                                         "episode limits): a run of a trigger that does not observe λ is copied from "
+                                         "it with its rewards recomputed at this λ instead of rerun — the rows a rerun "
+                                         "writes (`lambdas` sets it for every λ after the first; empty: run all)")
     group_by: list[str] = helpf([], "question attributes to break results down by (e.g. hops)")
     batch_size: int = helpf(16, "questions in flight per batched generation call", ge=1)
     workers: int = helpf(1, "processes that run the methods (one torch thread each; set it to the CPUs you give "

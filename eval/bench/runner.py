@@ -4,6 +4,7 @@ split)."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,9 @@ from envs.core.config import ConfigError
 from envs.env_config import EnvConfig, EnvOverrides
 from eval.bench.config import BenchConfig, bench_env_config
 
-__all__ = ["Runner", "evaluated_setup", "runner_probe_names"]
+__all__ = ["Runner", "evaluated_setup", "rewarded", "runner_probe_names"]
+
+log = logging.getLogger("eval.bench.policies")
 
 
 class Runner:
@@ -34,7 +37,7 @@ class Runner:
         from envs.core.io import write_json
 
         ec = self.env_config
-        fp = {"namespace": self.components.namespace, "split": ec.split, "lambda_retrieval": self.cfg.lambda_retrieval,
+        self.fingerprint = fp = {"namespace": self.components.namespace, "split": ec.split, "lambda_retrieval": self.cfg.lambda_retrieval,
               # what an episode reaches and how it ends, beside what its records hold (the namespace)
               "episode": {"max_retrievals_per_question": ec.max_retrievals_per_question,
                           "max_retrievals_per_step": ec.max_retrievals_per_step,
@@ -72,6 +75,37 @@ class Runner:
         """The scalar signals the bench env produces with a method's overrides."""
         return set(self._with_overrides(env)[1].scalar_names()) if env else self.scalars
 
+    def _reuse(self, source: Path, jsonl: Path, questions: range, weights: dict[str, float]) -> bool:
+        """Fill ``jsonl`` (absent) from ``source``: the same run of this benchmark at another λ, complete, whose
+        rewards recomputed at its own λ are the ones it holds — then its rows with rewards at ``weights``, and the
+        run reads them back instead of generating. The episodes are λ's to ignore (the caller's: a trigger that
+        does not observe λ); anything else (a different env, a missing or torn row, rewards this arithmetic does not
+        reproduce) and the run generates as usual."""
+        from envs.core.io import read_done_rows, write_text
+
+        if jsonl.exists() or not source.is_file():
+            return False
+        try:
+            theirs = json.loads((source.parent.parent / "fingerprint.json").read_text())
+        except (OSError, ValueError):
+            return False
+        lam = theirs.pop("lambda_retrieval", None) if isinstance(theirs, dict) else None
+        if lam is None or theirs != {k: v for k, v in self.fingerprint.items() if k != "lambda_retrieval"}:
+            return False
+        try:
+            done = read_done_rows(source)
+        except ValueError:
+            return False
+        if any(int(q) not in done for q in questions):
+            return False
+        rows = [done[int(q)] for q in questions]
+        if rewarded(rows, {**weights, "retrieval_calls": float(lam)}) != rows:
+            log.warning("%s: rewards not reproduced at its λ %g; the run is generated again", source, lam)
+            return False
+        write_text(jsonl, "".join(json.dumps(r) + "\n" for r in rewarded(rows, weights)))
+        log.debug("%s: copied from %s (λ %g), rewards at this λ", jsonl, source, lam)
+        return True
+
     @staticmethod
     def env_tag(env: EnvOverrides) -> str:
         """A short stable name of a method's env overrides (its per-question files are its own): a hash of the keys
@@ -92,11 +126,34 @@ class Runner:
         env_config, components = self._with_overrides(env)
         env_config, trigger = evaluated_setup(env_config, trigger, mode, querygen)
         jsonl = self.out / "per_question" / split / f"{name}.jsonl"
+        if self.cfg.reuse_episodes_from and not getattr(trigger, "fingerprint", None):  # a learned policy observes λ
+            self._reuse(Path(self.cfg.reuse_episodes_from) / "per_question" / split / jsonl.name, jsonl,
+                        questions, env_config.costs)
         res = evaluate_policy(trigger, env_config, list(questions), batch_size=self.cfg.batch_size,
                               components=components, return_episodes=True, jsonl_path=jsonl,
                               progress=f"{split} {tag or trigger.name}")
         res["per_question"] = str(jsonl)  # (the summary names each method's file: its decisions, answers)
         return res
+
+
+def rewarded(rows: list[dict[str, Any]], weights: dict[str, float]) -> list[dict[str, Any]]:
+    """Per-question rows with every reward recomputed at cost ``weights``, as the env computes them
+    (:func:`envs.retrieval_env._outcome`): a decision's reward is −Σ λ·cost, the answer quality added at the last
+    decision of a graded task; the row's, the sum of its decisions' in order (:func:`envs.rollout.run_episodes`)."""
+    import math
+
+    out = []
+    for row in rows:
+        decisions, ret = [], 0.0
+        for i, d in enumerate(row["decisions"]):
+            raw = d["costs"]
+            r = -sum(weights[k] * raw[k] for k in raw)
+            if i == len(row["decisions"]) - 1 and not math.isnan(row["quality"]):
+                r += row["quality"]
+            ret += r
+            decisions.append({**d, "reward": r})
+        out.append({**row, "reward": float(ret), "decisions": decisions})
+    return out
 
 
 def evaluated_setup(env_config: EnvConfig, trigger, mode: str | None = None, querygen: bool = False):
