@@ -83,14 +83,9 @@ def run(args) -> int:
 
 def _run(args, out: Path) -> int:
     from envs.core.config import read_yaml_mapping
-    from envs.core.io import write_json, write_text
-    from envs.core.microworld.artifact import load_artifact
     from envs.env_config import pending_probes
-    from eval.bench.policies import load_config, run_bench
-    from eval.microworld import evaluate_world, format_metrics
+    from eval.bench.policies import load_config
     from train.config import TrainConfig
-    from train.report import plot_curves
-    from train.run import train
 
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
@@ -119,6 +114,29 @@ def _run(args, out: Path) -> int:
         _refuse_stale_training(out / "train", colbert["out"], f"--retriever-config {args.retriever_config}",
                                "the ColBERT index")
 
+    compiling = None
+    if colbert and not _kept_retriever(colbert):  # colbert's C++ extensions compile on the idle core meanwhile
+        from agents.retrievers.colbert_compat import compile_extensions_in_background
+
+        compiling = compile_extensions_in_background()
+    try:
+        return _stages(args, out, t0, timings, raw, tcfg, bcfg, proxy, kept, colbert, compiling)
+    finally:
+        if compiling is not None and compiling.poll() is None:
+            compiling.wait()  # never left half-compiled (a torn build would make the next load wait on its lock)
+
+
+def _stages(args, out: Path, t0: float, timings: dict, raw: dict, tcfg, bcfg, proxy, kept, colbert,
+            compiling) -> int:
+    """The four stages of :func:`_run`, its configs checked."""
+    from envs.core.io import write_json, write_text
+    from envs.core.microworld.artifact import load_artifact
+    from eval.bench.policies import run_bench
+    from eval.microworld import evaluate_world, format_metrics
+    from train.config import TrainConfig
+    from train.report import plot_curves
+    from train.run import train
+
     world = load_artifact(None)
     log.info("[1/4] micro-world %s: competence and throughput", world.path)
     metrics = evaluate_world(world, split="test", n=args.n, throughput=True)
@@ -136,6 +154,11 @@ def _run(args, out: Path) -> int:
                  args.retriever_config, colbert["out"])
         t1 = time.perf_counter()
         _build_retriever(colbert)
+        if compiling is not None:
+            _, err = compiling.communicate()
+            if compiling.returncode:  # the build above compiled what it needed itself; say why the child did not
+                log.warning("compiling colbert's extensions in the background failed (exit %d): %s",
+                            compiling.returncode, err.decode(errors="replace").strip()[-500:])
         timings["retriever_s"] = time.perf_counter() - t1
     log.info("[3/4] training a retrieval policy (%s)", args.train_config)
     t1 = time.perf_counter()

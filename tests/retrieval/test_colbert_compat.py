@@ -131,3 +131,18 @@ def test_colbert_metadata_survives_a_detached_head(tmp_path, monkeypatch):
 
     meta = base_config.get_metadata_only()
     assert meta.git_branch is None and len(meta.git_hash) == 40
+
+
+def test_extensions_built_needs_every_cpu_extension_and_then_nothing_is_compiled(tmp_path, monkeypatch):
+    from agents.retrievers import colbert_compat as cc
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    names = list(cc.EXTENSIONS)
+    for name in names[:-1]:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / f"{name}.so").write_bytes(b"")
+    assert not cc.extensions_built()  # one missing: the background compile would start
+    (tmp_path / names[-1]).mkdir()
+    assert not cc.extensions_built()  # a folder without its library (a torn build) is not built either
+    (tmp_path / names[-1] / f"{names[-1]}.so").write_bytes(b"")
+    assert cc.extensions_built() and cc.compile_extensions_in_background() is None
