@@ -114,21 +114,35 @@ def _kind(err: TrajectoryCacheError, kind: str) -> TrajectoryCacheError:
     return err
 
 
-def open_store(path: Path) -> sqlite3.Connection:
+def open_store(path: Path, wait_s: float = 30.0) -> sqlite3.Connection:
     """The SQLite store of a trajectory cache (WAL, autocommit, the ``steps`` table), or a
-    :class:`TrajectoryCacheError` naming the file and the cause (damaged, full disk, read-only …)."""
-    try:
-        db = sqlite3.connect(str(path), timeout=30, check_same_thread=False, isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=NORMAL")
-        db.execute("CREATE TABLE IF NOT EXISTS steps (key TEXT PRIMARY KEY, value BLOB NOT NULL)")
-    except sqlite3.DatabaseError as e:
-        err = cache_error(path, "open it", e)
-        if err.kind == "damaged":
-            err = TrajectoryCacheError(f"trajectory cache {path} is not a usable SQLite file ({e}); delete it "
-                                       "to start a fresh cache")
-        raise err from e
-    return db
+    :class:`TrajectoryCacheError` naming the file and the cause (damaged, full disk, read-only …).
+
+    Processes that open a new file at once (a warm start's shards, a benchmark's helpers) race to switch it to WAL;
+    SQLite answers the loser "database is locked" at once, without waiting (its deadlock rule). So a locked file is
+    opened again until ``wait_s`` has passed — only a lock held that long is the error."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        db = None
+        try:
+            db = sqlite3.connect(str(path), timeout=wait_s, check_same_thread=False, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("CREATE TABLE IF NOT EXISTS steps (key TEXT PRIMARY KEY, value BLOB NOT NULL)")
+            return db
+        except sqlite3.DatabaseError as e:
+            if db is not None:
+                db.close()
+            err = cache_error(path, "open it", e)
+            if err.kind == "busy" and time.monotonic() < deadline:
+                time.sleep(0.05)
+                continue
+            if err.kind == "damaged":
+                err = TrajectoryCacheError(f"trajectory cache {path} is not a usable SQLite file ({e}); delete it "
+                                           "to start a fresh cache")
+            raise err from e
 
 
 class TrajectoryCache:

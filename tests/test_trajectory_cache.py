@@ -177,3 +177,39 @@ def test_the_namespace_of_a_micro_world_env_is_pinned(name, monkeypatch):
         from train.config import TrainConfig
 
         assert build_components(TrainConfig().env_config).namespace == expected
+
+
+def test_a_new_file_opened_by_processes_at_once_is_opened_again_not_refused(tmp_path, monkeypatch):
+    """Two shards opening a new cache race to switch it to WAL; SQLite answers the loser "database is locked" at
+    once (no busy wait). The opener tries again; only a lock that outlasts its wait is the error."""
+    import sqlite3
+
+    import envs.trajectory_cache as tc
+
+    real, calls = sqlite3.connect, []
+
+    class Racing:  # the first connection loses the race on its first statement
+        def __init__(self, db):
+            self.db = db
+
+        def execute(self, sql, *a):
+            if not calls or calls[-1] != "raced":
+                calls.append("raced")
+                raise sqlite3.OperationalError("database is locked")
+            return self.db.execute(sql, *a)
+
+        def close(self):
+            calls.append("closed")
+            self.db.close()
+
+    monkeypatch.setattr(tc.sqlite3, "connect", lambda *a, **k: Racing(real(*a, **k)) if not calls else real(*a, **k))
+    db = tc.open_store(tmp_path / "c.sqlite")
+    assert calls == ["raced", "closed"] and db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    db.close()
+
+    holder = real(str(tmp_path / "held.sqlite"), isolation_level=None)  # a lock held longer than the wait
+    holder.execute("BEGIN EXCLUSIVE")
+    monkeypatch.setattr(tc.sqlite3, "connect", real)
+    with pytest.raises(tc.TrajectoryCacheError, match="locked by another process"):
+        tc.open_store(tmp_path / "held.sqlite", wait_s=0.3)
+    holder.rollback()
