@@ -11,7 +11,7 @@ told the budget λ, it decides for it. With ``BenchConfig.lambdas`` the benchmar
    query mode, never-fire included), the oracle searched at that λ, the conditioned policy told that λ, the
    specialists (rows with ``lam``: trained at one λ) run as they are; the test curves once (they do not depend on λ);
    the episodes of a trigger that does not observe λ (every fixed trigger's dev sweep and test run, the baselines,
-   Random) are generated at the first λ and copied to the others with their rewards recomputed — the rows a rerun
+   Random at a rate it ran at before) are generated at the first λ and copied to the others with their rewards recomputed — the rows a rerun
    would write, at a fraction of the time (``BenchConfig.reuse_episodes_from``, :meth:`Runner.run`);
 3. **the frontier** (:func:`budget_summary`): per λ, each learned group (seeds pooled per question) − the best fixed
    trigger at that λ and the oracle-gap fraction, with paired CIs; the conditioned policy against the specialist
