@@ -155,10 +155,11 @@ def _stages(args, out: Path, t0: float, timings: dict, raw: dict, tcfg, bcfg, pr
         t1 = time.perf_counter()
         _build_retriever(colbert)
         if compiling is not None:
-            _, err = compiling.communicate()
-            if compiling.returncode:  # the build above compiled what it needed itself; say why the child did not
-                log.warning("compiling colbert's extensions in the background failed (exit %d): %s",
-                            compiling.returncode, err.decode(errors="replace").strip()[-500:])
+            from agents.retrievers.colbert_compat import background_compile_error
+
+            err = background_compile_error(compiling)
+            if err:  # the build above compiled what it needed itself; say why the child did not
+                log.warning("compiling colbert's extensions in the background failed (%s)", err)
         timings["retriever_s"] = time.perf_counter() - t1
     log.info("[3/4] training a retrieval policy (%s)", args.train_config)
     t1 = time.perf_counter()

@@ -172,18 +172,33 @@ def compile_extensions_in_background():
     of one-thread work ahead (``kairos quickstart``: the world check, the proxy, the ColBERT checkpoint) lets the
     other core compile meanwhile. A colbert load in the caller waits for the child's compile (torch's lock file in
     the extension's folder) instead of compiling again. Returns the ``subprocess.Popen`` (``None``: nothing to do);
-    the caller waits for it — its failure costs nothing but the time: the caller's own load then compiles (and
-    reports what fails)."""
+    the caller waits for it (:func:`background_compile_error`) — its failure costs nothing but the time: the
+    caller's own load then compiles (and reports what fails)."""
     import subprocess
     import sys
+    import tempfile
 
     if extensions_built():
         return None
     prepare_colbert()  # the folder and TORCH_EXTENSIONS_DIR, which the child inherits
     env = {**os.environ, "MAX_JOBS": "1", "OMP_NUM_THREADS": "1"}
     code = "from agents.retrievers.colbert_compat import compile_extensions; compile_extensions()"
-    return subprocess.Popen([sys.executable, "-c", code], cwd=str(REPO_ROOT), env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    errors = tempfile.TemporaryFile()  # a file, not a pipe: a child with much to say never blocks on a full pipe
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=str(REPO_ROOT), env=env,
+                            stdout=subprocess.DEVNULL, stderr=errors)
+    proc.errors = errors
+    return proc
+
+
+def background_compile_error(proc) -> str | None:
+    """Wait for :func:`compile_extensions_in_background`'s child; ``None`` when it succeeded, else the exit status
+    and the end of what it wrote to stderr."""
+    proc.wait()
+    with proc.errors as f:
+        if not proc.returncode:
+            return None
+        f.seek(0)
+        return f"exit {proc.returncode}: {f.read().decode(errors='replace').strip()[-500:]}"
 
 
 def minilm_dir() -> Path:

@@ -146,3 +146,24 @@ def test_extensions_built_needs_every_cpu_extension_and_then_nothing_is_compiled
     assert not cc.extensions_built()  # a folder without its library (a torn build) is not built either
     (tmp_path / names[-1] / f"{names[-1]}.so").write_bytes(b"")
     assert cc.extensions_built() and cc.compile_extensions_in_background() is None
+
+
+def test_a_failed_background_compile_is_reported_with_its_stderr(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    from agents.retrievers import colbert_compat as cc
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))  # nothing built: the child starts
+    real = subprocess.Popen
+
+    def failing(cmd, **kw):  # the child as it would fail: much on stderr (more than a pipe holds), then exit 1
+        return real([sys.executable, "-c", "import sys; sys.stderr.write('x' * 200_000 + 'ninja: build stopped');"
+                     "sys.exit(1)"], **kw)
+
+    monkeypatch.setattr(subprocess, "Popen", failing)
+    proc = cc.compile_extensions_in_background()
+    err = cc.background_compile_error(proc)
+    assert err.startswith("exit 1: ") and err.endswith("ninja: build stopped") and len(err) < 600
+    monkeypatch.setattr(subprocess, "Popen", lambda cmd, **kw: real([sys.executable, "-c", "pass"], **kw))
+    assert cc.background_compile_error(cc.compile_extensions_in_background()) is None
