@@ -83,9 +83,14 @@ def run(args) -> int:
 
 def _run(args, out: Path) -> int:
     from envs.core.config import read_yaml_mapping
+    from envs.core.io import write_json, write_text
+    from envs.core.microworld.artifact import load_artifact
     from envs.env_config import pending_probes
-    from eval.bench.policies import load_config
+    from eval.bench.policies import load_config, run_bench
+    from eval.microworld import evaluate_world, format_metrics
     from train.config import TrainConfig
+    from train.report import plot_curves
+    from train.run import train
 
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
@@ -110,32 +115,15 @@ def _run(args, out: Path) -> int:
     kept = _kept_proxy(proxy) if proxy else None  # read once: the guard below and step [2/4] use it
     if proxy and kept is None:
         _refuse_stale_training(out / "train", proxy["out"], f"--proxy-config {args.proxy_config}", "the U_verb proxy")
+    compiling = None
     if colbert and not _kept_retriever(colbert):
         _refuse_stale_training(out / "train", colbert["out"], f"--retriever-config {args.retriever_config}",
                                "the ColBERT index")
-
-    compiling = None
-    if colbert and not _kept_retriever(colbert):  # colbert's C++ extensions compile on the idle core meanwhile
+        # colbert's C++ extensions compile in a child on the idle core while steps 1–2 run on this one (the child
+        # runs to its end whatever happens here: no half-built extension is left behind)
         from agents.retrievers.colbert_compat import compile_extensions_in_background
 
         compiling = compile_extensions_in_background()
-    try:
-        return _stages(args, out, t0, timings, raw, tcfg, bcfg, proxy, kept, colbert, compiling)
-    finally:
-        if compiling is not None and compiling.poll() is None:
-            compiling.wait()  # never left half-compiled (a torn build would make the next load wait on its lock)
-
-
-def _stages(args, out: Path, t0: float, timings: dict, raw: dict, tcfg, bcfg, proxy, kept, colbert,
-            compiling) -> int:
-    """The four stages of :func:`_run`, its configs checked."""
-    from envs.core.io import write_json, write_text
-    from envs.core.microworld.artifact import load_artifact
-    from eval.bench.policies import run_bench
-    from eval.microworld import evaluate_world, format_metrics
-    from train.config import TrainConfig
-    from train.report import plot_curves
-    from train.run import train
 
     world = load_artifact(None)
     log.info("[1/4] micro-world %s: competence and throughput", world.path)
