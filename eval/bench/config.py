@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from envs.core.config import ConfigBase, ConfigError, helpf, read_yaml_mapping
 from envs.env_config import EnvConfig
@@ -83,6 +84,10 @@ class BenchConfig(ConfigBase):
                               f"({self.lambda_retrieval:g}), the λ of the headline summary")
         if len(set(self.lambdas)) != len(self.lambdas):
             raise ConfigError(f"BenchConfig: lambdas {self.lambdas} lists a λ twice")
+        if self.reuse_episodes_from and not (Path(self.reuse_episodes_from) / "per_question").is_dir():
+            raise ConfigError(f"BenchConfig: reuse_episodes_from {self.reuse_episodes_from!r} is not a benchmark's "
+                              "folder (no per_question/ in it); name the out_dir of this benchmark at another λ, "
+                              "or leave it empty")
         d, t = parse_slice(self.dev, "dev"), parse_slice(self.test, "test")
         if _overlap(d, t):
             raise ConfigError(f"BenchConfig: dev {self.dev} and test {self.test} overlap")

@@ -35,6 +35,8 @@ def test_config_errors():
         BenchConfig.from_dict({"lambdas": [0.2, 0.3], "methods": [{"name": "CoT", "kind": "never"}]})
     with pytest.raises(ConfigError, match="twice"):
         BenchConfig.from_dict({"lambdas": [0.1, 0.1], "methods": [{"name": "CoT", "kind": "never"}]})
+    with pytest.raises(ConfigError, match="reuse_episodes_from 'nowhere' is not a benchmark's folder"):
+        BenchConfig.from_dict({"reuse_episodes_from": "nowhere", "methods": [{"name": "CoT", "kind": "never"}]})
     with pytest.raises(ConfigError, match="compare entry"):
         BenchConfig.from_dict({"compare": [["a", "b"]], "methods": [{"name": "CoT", "kind": "never"}]})
 
