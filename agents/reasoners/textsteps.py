@@ -19,6 +19,12 @@ token.
   reuses the prefix); ``front`` mode puts the passages in the user message and re-encodes everything.
 * **Snapshots** are plain data (question, front evidence, transcript, token ids): the trajectory cache stores them,
   a service sends them, and :meth:`TextStepReasoner.restore` rebuilds the state (caches are recomputed on use).
+* **Budget forcing** (``min_steps``; s1, Muennighoff et al. 2025, "Simple test-time scaling"): a chain may not end
+  before ``min_steps`` steps. An answer line written earlier is not kept — ``continue_prompt`` (``Wait,``) is written
+  for the model in its place and the step is that continuation; a line that ended on end-of-text stands, and the next
+  line starts with ``continue_prompt``. The discarded tokens are paid (``n_tokens``, ``meta["forced_tokens"]``). With
+  a free-form ``instruction`` (no ``Step N:`` lines) this makes a reasoning-model-style thinking passage of at least
+  ``min_steps`` lines, split into steps at its line boundaries.
 * **Verbal confidence** (RSUS's U_verb, :mod:`agents.reasoners.confidence`): with ``confidence`` set, every batch of
   new steps is followed by one batched side turn — the chat template's end of the assistant turn, the confidence
   prompt as a user turn and the generation prompt, appended to each step's own token ids (the chain's KV / prefix
@@ -57,10 +63,19 @@ class TextStepConfig(ConfigBase):
     max_blank_retries: int = helpf(2, "a blank line is not a step: generate again this many times")
     answer_prompt: str = helpf("Answer:", "what answer closing writes for the model to continue (the env's "
                                           "answer_closing: a chain that ended without a usable answer line)")
+    min_steps: int = helpf(0, "budget forcing (s1): before this many steps an answer line or end of text does not end "
+                              "the chain — continue_prompt is written and the model goes on (0: off)")
+    continue_prompt: str = helpf("Wait,", "what budget forcing writes for the model where it tried to stop early")
 
     def validate(self) -> None:
         if self.max_step_tokens < 1 or self.max_steps < 1:
             raise ConfigError(f"{type(self).__name__}: max_step_tokens and max_steps must be >= 1")
+        if not 0 <= self.min_steps <= self.max_steps:
+            raise ConfigError(f"{type(self).__name__}.min_steps: {self.min_steps} must be in 0 … max_steps "
+                              f"({self.max_steps}); raise max_steps (the reasoner's, in reasoner_options) with it")
+        if self.min_steps and not self.continue_prompt.strip():
+            raise ConfigError(f"{type(self).__name__}.continue_prompt: empty — budget forcing needs text to write "
+                              "where the model tried to stop (e.g. 'Wait,')")
         if self.max_blank_retries < 0:
             raise ConfigError(f"{type(self).__name__}: max_blank_retries must be >= 0")
 
@@ -280,8 +295,53 @@ class TextStepReasoner:
         # a closing line (text written for the model) must say something: no stop token first
         res = self._generate([s.gen for s in states], no_stop_first=[bool(s.forced) for s in states])
         out = [self._to_step(s, *r) for s, r in zip(states, res)]
+        if self.cfg.min_steps:
+            out = self._force_budget(states, out)
         if self.confidence is not None and out:
             self._ask_confidence(out, self.confidence)
+        return out
+
+    # ------------------------------------------------------------------ budget forcing (s1)
+    def _stops_early(self, before: TextState, step: Step, after: TextState) -> bool:
+        """The chain tried to end (an answer line, end of text) before ``min_steps`` — and no answer was asked for."""
+        eos = bool(step.token_ids) and step.token_ids[-1] in self.eos_ids
+        return (after.done and (step.is_answer or eos) and after.n_steps < self.cfg.min_steps
+                and before.forced != self.cfg.answer_prompt)
+
+    def _go_on(self, state: TextState) -> TextState:
+        """``state`` (whose last line stands) with :attr:`TextStepConfig.continue_prompt` written for the model on a
+        new line (an end-of-text token is taken back first)."""
+        ids, lead = list(state.gen.ids), ""
+        if ids and ids[-1] in self.eos_ids:
+            ids, lead = ids[:-1], "\n"
+        gen = GenState(ids) if lead else state.gen
+        prompt = self.cfg.continue_prompt
+        return TextState(state.question, state.front, state.transcript + ((lead,) if lead else ()), state.n_steps,
+                         gen.extend(self._encode(lead + prompt)), False, prompt)
+
+    def _force_budget(self, states: list[TextState], out: list[tuple[Step, TextState]]
+                      ) -> list[tuple[Step, TextState]]:
+        """Budget forcing (see the module docstring): an early answer line is generated again as the continuation
+        of ``continue_prompt`` (twice at most; its tokens are paid by the step that stands); an early end of text
+        keeps its line and the next one starts with ``continue_prompt``."""
+        out = list(out)
+        for _ in range(2):
+            redo = [i for i, (step, after) in enumerate(out)
+                    if step.is_answer and self._stops_early(states[i], step, after)]
+            if not redo:
+                break
+            forced = [self._go_on(states[i]) for i in redo]
+            res = self._generate([f.gen for f in forced], no_stop_first=[True] * len(redo))
+            for i, f, r in zip(redo, forced, res):
+                paid = out[i][0].n_tokens
+                step, after = self._to_step(f, *r)
+                step.n_tokens += paid
+                step.seconds += out[i][0].seconds
+                step.meta["forced_tokens"] = step.meta.get("forced_tokens", 0) + paid
+                out[i] = (step, after)
+        for i, (step, after) in enumerate(out):
+            if not step.is_answer and self._stops_early(states[i], step, after):
+                out[i] = (step, self._go_on(after))
         return out
 
     # ------------------------------------------------------------------ verbal confidence (a side turn)

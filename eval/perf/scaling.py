@@ -18,8 +18,15 @@ a cold trajectory cache per measurement (:mod:`eval.perf.scaling_costs`):
    checkpoint (``--colbert-checkpoint``; ``configs/retriever_colbert_microworld.yaml`` builds one) — ColBERT/PLAID
    (masked, saying so, without one).
 
+**A real model's long chains** (``--env-from``, the chain-length axis only): the episodes of a train config's
+``env_config`` — e.g. SmolLM2-135M-Instruct on vLLM writing one free-form thinking passage on HotpotQA,
+``configs/experiments/long_chains/train_hotpotqa_thinking16_vllm.yaml`` —, each length made by budget forcing
+(``reasoner_options`` ``min_steps = max_steps =`` the length: an early answer is replaced by "Wait," and the model goes
+on), the env's ``max_steps`` the same length; the real task's quality (answer F1 or accuracy) as it is.
+
 Measured per cost: wall and CPU seconds, generated tokens, LM forward passes, peak RSS above the measurement's start,
-trajectory-cache bytes written. A size whose projected time (the last two sizes' exponent) exceeds ``--budget-s`` is
+trajectory-cache bytes written; on vLLM, the engine's batched steps as the forward passes and the share of prompt
+tokens its prefix cache served (``prefix_hit_rate``). A size whose projected time (the last two sizes' exponent) exceeds ``--budget-s`` is
 skipped and said so. Each measure is fitted as ``a·size^b`` (log-log least squares: exponent b and R²; the smallest
 size is the baseline). Writes ``scaling_bench.json``, ``scaling_bench.md`` and one log-log plot per axis
 (``scaling_<axis>.png``) into ``--out`` and prints the tables.
@@ -29,6 +36,8 @@ Usage::
     kairos bench scaling --out runs/bench/scaling                          # --size 0.1: 25 … 1,000 questions
     kairos bench scaling --size 0.02 --chain-lengths 4,8 --corpus-sizes 1000,3000 --out /tmp/scaling   # seconds
     kairos bench scaling --colbert-checkpoint runs/colbert/minilm-micro --out runs/bench/scaling
+    kairos bench scaling --env-from configs/experiments/long_chains/train_hotpotqa_thinking16_vllm.yaml \
+        --axes chain_length --costs episode,labels,reinforce,benchmark --chain-lengths 4,8,16,32 --out runs/bench/scaling_vllm
 """
 
 from __future__ import annotations
@@ -50,7 +59,8 @@ AXES = ("chain_length", "questions", "corpus")
 RETRIEVERS = ("bm25", "colbert")
 #: the measures fitted along each axis (the questions axis: what N questions cost in all)
 AXIS_MEASURES = {
-    "chain_length": ["wall_s", "tokens", "forwards", "peak_rss_mb", "cache_bytes", "tokens_per_decision"],
+    "chain_length": ["wall_s", "tokens", "forwards", "peak_rss_mb", "cache_bytes", "tokens_per_decision",
+                     "prefix_hit_rate"],
     "questions": ["total_wall_s", "total_tokens", "peak_rss_mb", "total_cache_bytes"],
     "corpus": ["wall_s", "cpu_s", "peak_rss_mb", "index_bytes", "tokens"],
 }
@@ -83,6 +93,8 @@ class ScalingBenchConfig(ConfigBase):
                                            ge=1)
     budget_s: float = helpf(180.0, "skip a size whose projected wall time exceeds this (seconds)", gt=0)
     max_retrievals: int = helpf(4, "retrievals allowed per episode (EnvConfig.max_retrievals_per_question)", ge=0)
+    env_from: str | None = helpf(None, "a train config whose env_config gives a real model's chains (the chain_length "
+                                       "axis only; each length by budget forcing); null: the micro-world's chains")
     split: str = helpf("train", "micro-world split the chains are drawn from")
     artifact: str | None = helpf(None, "micro-world artifact (default: the shipped one)")
     batch: int = helpf(16, "questions in flight per batched generation call", ge=1)
@@ -97,6 +109,18 @@ class ScalingBenchConfig(ConfigBase):
             bad = [v for v in getattr(self, key) if v not in allowed]
             if bad:
                 raise ConfigError(f"ScalingBenchConfig.{key}: unknown '{bad[0]}' (valid: {', '.join(allowed)})")
+        for key in ("chain_lengths", "question_counts", "corpus_sizes"):
+            if not getattr(self, key):
+                raise ConfigError(f"ScalingBenchConfig.{key}: give at least one size")
+        if self.env_from is not None:
+            from envs.env_config import EnvConfig
+
+            if self.axes != ["chain_length"]:
+                raise ConfigError(f"ScalingBenchConfig.axes: {self.axes} with env_from — a real model's chains are "
+                                  "measured along the chain_length axis only (the questions and corpus axes run on "
+                                  "the micro-world); set axes: [chain_length]")
+            EnvConfig.from_yaml(self.env_from, section="env_config")  # its errors name the file and key
+            return
         step = self.hops + 1
         for key in ("chain_lengths", "questions_length", "corpus_length"):
             vals = getattr(self, key)
@@ -105,9 +129,6 @@ class ScalingBenchConfig(ConfigBase):
                 raise ConfigError(f"ScalingBenchConfig.{key}: {bad[0]} steps is not a multiple of hops + 1 = {step} "
                                   f"(a sub-question is {self.hops} steps and its answer line); use multiples of "
                                   f"{step} or set hops")
-        for key in ("chain_lengths", "question_counts", "corpus_sizes"):
-            if not getattr(self, key):
-                raise ConfigError(f"ScalingBenchConfig.{key}: give at least one size")
 
     @property
     def horizon(self) -> int:
@@ -141,6 +162,18 @@ def chain_env(cfg: ScalingBenchConfig, length: int, chains: int, distractors: in
         "chain": {"questions": k, "hops": cfg.hops, "count": chains, "seed": cfg.seed, "distractors": distractors},
         "max_steps": length + k, "max_retrievals_per_question": cfg.max_retrievals, "costs": {"retrieval_calls": LAMBDA},
         "retriever": retriever, "index_path": index_path}, where="kairos bench scaling")
+
+
+def real_chain_env(cfg: ScalingBenchConfig, length: int):
+    """The env of ``cfg.env_from``'s ``env_config`` at ``length`` steps: budget forcing to that length (reasoner
+    ``min_steps`` and ``max_steps``), the env's ``max_steps`` the same, λ of calls 0.1 and this run's retrieval cap."""
+    from envs.env_config import EnvConfig
+    from eval.perf.scaling_costs import LAMBDA
+
+    base = EnvConfig.from_yaml(cfg.env_from, section="env_config")
+    opts = {**base.reasoner_options, "min_steps": length, "max_steps": length}
+    return base.replace(max_steps=length, reasoner_options=opts, max_questions=None,
+                        max_retrievals_per_question=cfg.max_retrievals, costs={"retrieval_calls": LAMBDA})
 
 
 def projected_over(rows: list[dict], sizes: list[float], nxt: float, budget: float) -> str | None:
@@ -218,14 +251,15 @@ def chain_length_axis(cfg: ScalingBenchConfig, bar) -> dict[str, Any]:
     chains = cfg.length_chains
 
     def setup(length):
-        env = chain_env(cfg, int(length), chains)
+        env = real_chain_env(cfg, int(length)) if cfg.env_from else chain_env(cfg, int(length), chains)
         return env, build_components(env), list(range(chains)), cfg.batch
 
     points = measure_along(list(cfg.chain_lengths), list(cfg.costs), setup, cfg.budget_s, bar, cfg.cost_fns())
+    what = (f"{chains} chains of {cfg.env_from}'s env per length, forced to it by budget forcing" if cfg.env_from
+            else f"{chains} chains of {cfg.hops}-hop sub-questions per length")
     return _axis("Cost against chain length", "steps",
-                 f"{chains} chains of {cfg.hops}-hop sub-questions per length ({', '.join(map(str, cfg.chain_lengths))}"
-                 " steps); per question (episode: per episode; REINFORCE: per iteration of one episode per chain); "
-                 f"labels_horizon: horizon {cfg.horizon} steps.",
+                 f"{what} ({', '.join(map(str, cfg.chain_lengths))} steps); per question (episode: per episode; "
+                 f"REINFORCE: per iteration of one episode per chain); labels_horizon: horizon {cfg.horizon} steps.",
                  list(cfg.chain_lengths), points, AXIS_MEASURES["chain_length"])
 
 
@@ -342,7 +376,8 @@ _LISTS = {"axes": str, "costs": str, "question_costs": str, "retrievers": str, "
           "question_counts": int, "corpus_sizes": int}
 _SCALARS = {"out": str, "size": float, "hops": int, "labels_horizon": int, "length_chains": int,
             "questions_length": int, "corpus_length": int, "corpus_chains": int, "colbert_checkpoint": str,
-            "plaid_max_passages": int, "budget_s": float, "max_retrievals": int, "split": str, "artifact": str,
+            "plaid_max_passages": int, "budget_s": float, "max_retrievals": int, "env_from": str, "split": str,
+            "artifact": str,
             "batch": int, "seed": int, "threads": int}
 
 

@@ -2,7 +2,8 @@
 from outside the code that pays it.
 
 :class:`Meter` wraps one measurement: wall and CPU seconds, the tokens the reasoner generated (every step it returned,
-sampled alternatives included) and the LM's forward passes (counted at the model's ``forward``), the peak resident
+sampled alternatives included) and the LM's forward passes (counted at the model's ``forward``; on vLLM its engine's batched steps, and the share of
+the prompt tokens its prefix cache served — ``prefix_hit_rate``), the peak resident
 memory above the measurement's start (sampled every 5 ms) and the bytes of trajectory-cache records it wrote (the
 encoded records in its own SQLite cache file). Each cost function runs the real code on a cold cache of its own:
 
@@ -56,6 +57,7 @@ class Meter:
     def __init__(self):
         self.wall = self.cpu = 0.0
         self.tokens = self.forwards = self.peak_rss = self.cache_bytes = 0
+        self.engine: dict[str, float] | None = None  # a vLLM engine's counters over the measurement (prefix cache)
 
     @contextlib.contextmanager
     def running(self, components: Any = None, cache_path: Path | None = None) -> Iterator[Meter]:
@@ -109,7 +111,18 @@ class Meter:
 
             model.forward = counted_forward
             undo.append(lambda: delattr(model, "forward"))
+        stats = getattr(getattr(reasoner, "engine", None), "stats", None)
+        if isinstance(stats, dict) and "cached_tokens" in stats:  # vLLM: its engine steps are the forward passes
+            before = dict(stats)
+            undo.append(lambda: self._engine_delta(before, stats))
         return undo
+
+    def _engine_delta(self, before: dict, after: dict) -> None:
+        """The engine's counters over the measurement: batched engine steps (the forward passes), prompt tokens sent
+        and the ones its prefix cache served."""
+        d = {k: after[k] - before[k] for k in ("engine_steps", "prompt_tokens", "cached_tokens")}
+        self.forwards += int(d["engine_steps"])
+        self.engine = d
 
     def row(self, n: int, unit: str = "question", **extra: Any) -> dict[str, Any]:
         """The measurement per ``unit`` (``n`` of them) and in total."""
@@ -118,7 +131,14 @@ class Meter:
                 "tokens": self.tokens / per, "forwards": self.forwards / per, "peak_rss_mb": self.peak_rss / 2**20,
                 "cache_bytes": self.cache_bytes / per, "total_wall_s": self.wall, "total_tokens": self.tokens,
                 "total_cache_bytes": self.cache_bytes,
-                **extra}
+                **(self.prefix_cache(per) if self.engine is not None else {}), **extra}
+
+    def prefix_cache(self, per: int) -> dict[str, Any]:
+        """vLLM's prefix cache over the measurement: prompt tokens sent per unit, and the share of them it served
+        from cached blocks (``prefix_hit_rate``; None when nothing was sent)."""
+        sent, hit = self.engine["prompt_tokens"], self.engine["cached_tokens"]
+        return {"prompt_tokens": sent / per, "cached_prompt_tokens": hit / per,
+                "prefix_hit_rate": hit / sent if sent else None}
 
 
 def stored_bytes(path: Path) -> int:

@@ -18,7 +18,8 @@ import numpy as np
 MEASURES = {"wall_s": "wall s", "cpu_s": "CPU s", "tokens": "generated tokens", "forwards": "LM forward passes",
             "peak_rss_mb": "peak RSS MB", "cache_bytes": "cache bytes", "tokens_per_decision": "tokens / decision",
             "total_wall_s": "total wall s", "total_tokens": "total generated tokens",
-            "total_cache_bytes": "total cache bytes", "index_bytes": "index bytes"}
+            "total_cache_bytes": "total cache bytes", "index_bytes": "index bytes",
+            "prefix_hit_rate": "prefix-cache hit rate"}
 
 
 def fit_power_law(x: list[float], y: list[float]) -> dict[str, Any]:
@@ -105,11 +106,16 @@ def axis_table(axis: dict[str, Any]) -> str:
 def format_markdown(result: dict[str, Any]) -> str:
     """The whole report: the environment, each axis' table and what was skipped or masked."""
     env, cfg = result["environment"], result["config"]
-    parts = ["# Scaling benchmark (micro-world)", "",
+    real = cfg.get("env_from")
+    chains = (f"The env of `{real}` (its env_config), every chain forced to the length by budget forcing (an answer "
+              "before it is replaced by \"Wait,\" and the model goes on); prefix-cache hit rate: the share of the "
+              "prompt tokens sent to vLLM that its prefix cache served" if real else
+              f"Task microworld_chain: chains of {cfg['hops']}-hop sub-questions of the '{cfg['split']}' split "
+              f"(a sub-question is {cfg['hops']} steps and its answer line)")
+    parts = [f"# Scaling benchmark ({'a real model' if real else 'micro-world'})", "",
              f"{env['cpu_model']}, {env['cpus']} CPUs, torch threads {result['config']['threads']}; Python "
              f"{env['python']}, torch {env['torch']}. Command: `{result['command']}`. Total {result['seconds']:.0f} s.",
-             "", f"Task microworld_chain: chains of {cfg['hops']}-hop sub-questions of the '{cfg['split']}' split "
-             f"(a sub-question is {cfg['hops']} steps and its answer line), λ of retrieval calls 0.1, at most "
+             "", f"{chains}, λ of retrieval calls 0.1, at most "
              f"{cfg['max_retrievals']} retrievals per episode, {cfg['batch']} questions in flight; episodes: a "
              "Bernoulli(0.3) retrieval policy (the corpus axis: always retrieve); labels: the counterfactual warm start "
              "(π₀ = never), every branch continued to the answer; labels_horizon: the same labels with every branch "
