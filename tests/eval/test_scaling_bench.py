@@ -7,11 +7,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
+from _needs import needs_hotpotqa, needs_smollm2, needs_vllm
 
 from envs.core.config import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -230,3 +234,35 @@ def test_the_scaling_bench_runs_end_to_end_at_a_tiny_size(tmp_path):
     md = (out / "scaling_bench.md").read_text()
     assert "exponent" in md and "PLAID (colbert) masked" in md
     assert all((out / f"scaling_{a}.png").is_file() for a in rep["axes"])
+
+
+def test_a_real_models_chains_are_measured_along_the_chain_length_axis_only(tmp_path):
+    r = _cli("--env-from", "configs/experiments/long_chains/train_hotpotqa_thinking16_vllm.yaml",
+             "--out", str(tmp_path / "s"), timeout=120)  # the default axes include questions and corpus
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and "with env_from" in lines[0] and "axes: [chain_length]" in lines[0]
+    r = _cli("--env-from", str(tmp_path / "nope.yaml"), "--axes", "chain_length", "--out", str(tmp_path / "s"),
+             timeout=120)
+    assert r.returncode == 2 and "nope.yaml" in r.stderr
+
+
+@pytest.mark.slow
+@needs_vllm
+@needs_smollm2
+@needs_hotpotqa
+def test_smollm2_on_vllm_chains_forced_to_each_length_with_the_prefix_cache_hit_rate(tmp_path):
+    """The real-model path of the scaling bench: SmolLM2 on vLLM writes a free-form thinking passage that budget
+    forcing holds to each length exactly, and every measurement reports vLLM's prefix-cache hit rate."""
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text("base: " + str(ROOT / "configs/experiments/long_chains/train_hotpotqa_thinking16_vllm.yaml")
+                   + "\nenv_config: {max_step_tokens: 12, signals: [output], rsus_components: []}\n")
+    out = tmp_path / "scaling"
+    r = _cli("--env-from", str(cfg), "--axes", "chain_length", "--costs", "episode,labels", "--chain-lengths", "2,4",
+             "--length-chains", "2", "--out", str(out), timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    cl = json.loads((out / "scaling_bench.json").read_text())["axes"]["chain_length"]
+    episode, labels = cl["points"]["episode"], cl["points"]["labels"]
+    assert [row["steps"] for row in episode] == [2.0, 4.0]  # budget forcing: no chain ends before its length
+    assert [row["decisions"] for row in labels] == [2.0, 4.0]
+    assert all(0.5 < row["prefix_hit_rate"] <= 1.0 and row["forwards"] > 0 for row in episode + labels)
+    assert "| labels (per question) | prefix-cache hit rate |" in (out / "scaling_bench.md").read_text()
