@@ -23,7 +23,10 @@ Kinds:
   benchmark cells (quality / calls / harm rate) and the no-answer shares (only the named methods, in that order, with
   ``methods=``);
 * ``projection PATH`` — a ``kairos bench projection`` run's ``projection.json`` (:mod:`eval.perf.projection`): its
-  assumptions, one table per tokens-per-step and its sources.
+  assumptions, one table per tokens-per-step and its sources;
+* ``scaling PATH [measures=A;B;…]`` — a ``kairos bench scaling`` run's ``scaling_bench.json``
+  (:mod:`eval.perf.scaling_report`): each axis' table (only the named measures' rows, with ``measures=``), what was
+  skipped or masked, the machine and the command.
 
 ``kairos results update PAGE`` rewrites every block whose source exists (a missing source is reported and its
 block kept: the runs live on the machine that made them); ``--check`` changes nothing and exits 1 when a block
@@ -94,7 +97,12 @@ def render(kind: str, path: str, args: dict[str, str] | None = None) -> str:
         from eval.perf.projection import format_markdown
 
         return format_markdown(data).strip()
-    raise ValueError(f"unknown table kind {kind!r} (summary | budgets | groups | detection | suite | projection)")
+    if kind == "scaling":
+        from eval.perf.scaling_report import axes_markdown
+
+        return axes_markdown(data, tuple(m.strip() for m in args.get("measures", "").split(";") if m.strip()))
+    raise ValueError(f"unknown table kind {kind!r} (summary | budgets | groups | detection | suite | projection | "
+                     "scaling)")
 
 
 def _detection(data: dict[str, Any], args: dict[str, str]) -> str:

@@ -259,7 +259,8 @@ def chain_length_axis(cfg: ScalingBenchConfig, bar) -> dict[str, Any]:
             else f"{chains} chains of {cfg.hops}-hop sub-questions per length")
     return _axis("Cost against chain length", "steps",
                  f"{what} ({', '.join(map(str, cfg.chain_lengths))} steps); per question (episode: per episode; "
-                 f"REINFORCE: per iteration of one episode per chain); labels_horizon: horizon {cfg.horizon} steps.",
+                 "REINFORCE: per iteration of one episode per chain)"
+                 + (f"; labels_horizon: horizon {cfg.horizon} steps." if "labels_horizon" in cfg.costs else "."),
                  list(cfg.chain_lengths), points, AXIS_MEASURES["chain_length"])
 
 

@@ -138,6 +138,25 @@ def format_markdown(result: dict[str, Any]) -> str:
     return "\n".join(parts) + "\n"
 
 
+def axes_markdown(result: dict[str, Any], measures: tuple[str, ...] = ()) -> str:
+    """Each axis' table and notes without the run's header (a results page's ``<!-- table: scaling … -->`` block);
+    ``measures``: keep only these rows (every measure when empty)."""
+    parts = []
+    for axis in result["axes"].values():
+        if measures:
+            axis = {**axis, "fits": {c: {m: f for m, f in fits.items() if m in measures}
+                                     for c, fits in axis["fits"].items()}}
+        notes = [f"- {cost} at {axis['size_label']} {s:g}: {r['skipped']}" for cost, rows in axis["points"].items()
+                 for s, r in zip(axis["sizes"], rows) if r and "skipped" in r]
+        notes += [f"- {m}" for m in axis.get("masked", [])] + agreement_notes(axis)
+        parts += [f"*{axis['title']}.* {axis['description']}", "", axis_table(axis)]
+        parts += (["", *notes, ""] if notes else [""])
+    env = result["environment"]
+    parts.append(f"{env['cpu_model']}, {env['cpus']} CPUs, torch threads {result['config']['threads']}; "
+                 f"`{result['command']}`, {result['seconds'] / 60:.1f} min.")
+    return "\n".join(parts).strip()
+
+
 def agreement_notes(axis: dict[str, Any]) -> list[str]:
     """One line per size where the horizon labels ran beside the exact ones: how far they agree.
 

@@ -99,3 +99,26 @@ def test_summary_table_names_the_quality_metric_it_reports():
     s["setup"]["quality_metric"] = "f1"
     table = methods_table(s)
     assert "| F1 [95% CI] |" in table and "accuracy" not in table and "reward = F1 − 0.1 · calls" in table
+
+
+def test_scaling_blocks_render_each_axis_with_only_the_named_measures(tmp_path):
+    from eval.perf.scaling_report import fit_axis
+
+    sizes, points = [4, 8], {"episode": [{"unit": "episode", "tokens": 40.0, "wall_s": 1.0, "prefix_hit_rate": 0.8},
+                                         {"unit": "episode", "tokens": 80.0, "wall_s": 2.0, "prefix_hit_rate": 0.9}],
+                             "labels": [{"unit": "question", "tokens": 100.0, "wall_s": 3.0},
+                                        {"skipped": "projected 900 s > budget 240 s", "skipped_short": "skipped"}]}
+    measures = ["tokens", "wall_s", "prefix_hit_rate"]
+    axis = {"title": "Cost against chain length", "size_label": "steps", "description": "2 chains.", "sizes": sizes,
+            "points": points, "measures": measures, "fits": fit_axis(sizes, points, measures)}
+    run = {"axes": {"chain_length": axis}, "config": {"threads": 1}, "command": "kairos bench scaling --env-from x",
+           "seconds": 90.0, "environment": {"cpu_model": "AMD EPYC", "cpus": 2}}
+    (tmp_path / "scaling_bench.json").write_text(json.dumps(run))
+    page = tmp_path / "results.md"
+    page.write_text(f"<!-- table: scaling {tmp_path / 'scaling_bench.json'} measures=tokens;prefix_hit_rate -->\n"
+                    "<!-- /table -->\n")
+    update_page(page)
+    text = page.read_text()
+    assert "| episode (per episode) | generated tokens | 40 | 80 | 1 | 1 |" in text
+    assert "| episode (per episode) | prefix-cache hit rate | 0.8 | 0.9 |" in text and "wall s" not in text
+    assert "- labels at steps 8: projected 900 s > budget 240 s" in text and "AMD EPYC, 2 CPUs" in text
