@@ -26,8 +26,8 @@ on), the env's ``max_steps`` the same length; the real task's quality (answer F1
 
 Measured per cost: wall and CPU seconds, generated tokens, LM forward passes, peak RSS above the measurement's start,
 trajectory-cache bytes written; on vLLM, the engine's batched steps as the forward passes and the share of prompt
-tokens its prefix cache served (``prefix_hit_rate``). A size whose projected time (the last two sizes' exponent) exceeds ``--budget-s`` is
-skipped and said so. Each measure is fitted as ``a·size^b`` (log-log least squares: exponent b and R²; the smallest
+tokens its prefix cache served (``prefix_hit_rate``). A size whose projected time (the last two sizes' exponent)
+exceeds ``--budget-s`` is skipped and said so. Each measure is fitted as ``a·size^b`` (log-log least squares: exponent b and R²; the smallest
 size is the baseline). Writes ``scaling_bench.json``, ``scaling_bench.md`` and one log-log plot per axis
 (``scaling_<axis>.png``) into ``--out`` and prints the tables.
 
@@ -378,8 +378,7 @@ _LISTS = {"axes": str, "costs": str, "question_costs": str, "retrievers": str, "
 _SCALARS = {"out": str, "size": float, "hops": int, "labels_horizon": int, "length_chains": int,
             "questions_length": int, "corpus_length": int, "corpus_chains": int, "colbert_checkpoint": str,
             "plaid_max_passages": int, "budget_s": float, "max_retrievals": int, "env_from": str, "split": str,
-            "artifact": str,
-            "batch": int, "seed": int, "threads": int}
+            "artifact": str, "batch": int, "seed": int, "threads": int}
 
 
 def register(sub: Any) -> None:

@@ -2,8 +2,8 @@
 from outside the code that pays it.
 
 :class:`Meter` wraps one measurement: wall and CPU seconds, the tokens the reasoner generated (every step it returned,
-sampled alternatives included) and the LM's forward passes (counted at the model's ``forward``; on vLLM its engine's batched steps, and the share of
-the prompt tokens its prefix cache served — ``prefix_hit_rate``), the peak resident
+sampled alternatives included) and the LM's forward passes (counted at the model's ``forward``; on vLLM its engine's
+batched steps, and the share of the prompt tokens its prefix cache served — ``prefix_hit_rate``), the peak resident
 memory above the measurement's start (sampled every 5 ms) and the bytes of trajectory-cache records it wrote (the
 encoded records in its own SQLite cache file). Each cost function runs the real code on a cold cache of its own:
 
