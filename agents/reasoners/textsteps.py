@@ -309,13 +309,16 @@ class TextStepReasoner:
                 and before.forced != self.cfg.answer_prompt)
 
     def _go_on(self, state: TextState) -> TextState:
-        """``state`` (whose last line stands) with :attr:`TextStepConfig.continue_prompt` written for the model on a
-        new line (an end-of-text token is taken back first)."""
+        """``state`` (whose last line stands) with :attr:`TextStepConfig.continue_prompt` written for the model."""
+        return self._written(state, self.cfg.continue_prompt)
+
+    def _written(self, state: TextState, prompt: str) -> TextState:
+        """``state`` with ``prompt`` written for the model to continue on the next line (a chain that ended on
+        end-of-text has that token taken back and continues on a new line); the next step's line starts with it."""
         ids, lead = list(state.gen.ids), ""
         if ids and ids[-1] in self.eos_ids:
             ids, lead = ids[:-1], "\n"
         gen = GenState(ids) if lead else state.gen
-        prompt = self.cfg.continue_prompt
         return TextState(state.question, state.front, state.transcript + ((lead,) if lead else ()), state.n_steps,
                          gen.extend(self._encode(lead + prompt)), False, prompt)
 
@@ -396,13 +399,7 @@ class TextStepReasoner:
     def with_answer_prompt(self, state: TextState) -> TextState:
         """The state whose next line is the answer: ``Answer:`` written for the model after the transcript (a
         chain that ended on end-of-text continues on a new line instead). The env's answer closing."""
-        ids = list(state.gen.ids)
-        lead = ""
-        if ids and ids[-1] in self.eos_ids:
-            ids, lead = ids[:-1], "\n"
-        gen = GenState(ids) if lead else state.gen
-        return TextState(state.question, state.front, state.transcript + ((lead,) if lead else ()), state.n_steps,
-                       gen.extend(self._encode(lead + self.cfg.answer_prompt)), False, self.cfg.answer_prompt)
+        return self._written(state, self.cfg.answer_prompt)
 
     def evidence_framing(self):
         """``(encode, line_start, sentence_sep, line_end, step_end)``: how :meth:`with_evidence` (step mode)
