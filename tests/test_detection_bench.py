@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 
+from envs.core.config import ConfigError
 from envs.core.microworld.artifact import artifact_fingerprint
 from eval.detection.bench import run_bench
 from eval.detection.data import DETECTORS, METRICS, DetectionBenchConfig
@@ -118,7 +119,8 @@ def test_bootstrap_resamples_whole_questions():
 
 
 def test_benefit_split_end_to_end_on_microworld_labels(tmp_path):
-    """Split (c)'s machinery (benefit labels -> regenerated states -> probes -> tables) on micro-world labels."""
+    """Splits (c) and (d)'s machinery (benefit labels -> regenerated states -> probes -> tables) on micro-world
+    labels: (d) fits on one label file and tests on another's questions, never fitted on."""
     import yaml
 
     from eval.detection.labels import run
@@ -129,34 +131,51 @@ def test_benefit_split_end_to_end_on_microworld_labels(tmp_path):
     run(env, labels, progress=False)
     out = tmp_path / "out"
     cfg = DetectionBenchConfig(
-        splits=["hotpotqa"], out=str(out), benefit_labels=str(labels), benefit_config=str(tmp_path / "env.yaml"),
+        splits=["benefit"], out=str(out), benefit_labels=str(labels), benefit_config=str(tmp_path / "env.yaml"),
         benefit_split="test", cache_dir=str(tmp_path / "cache"), n_boot=50, max_epochs=20, patience=5,
         reprobe_max_epochs=3, interval_search="named", progress=False, benefit_folds=1)
     res = run_bench(cfg)
-    data = res["data"]["hotpotqa"]
+    data = res["data"]["benefit"]
     rows = [json.loads(x) for x in labels.read_text().splitlines()]
     assert data["questions"] == 16 and data["steps"] == sum(len(r["steps"]) for r in rows)
     assert data["label_names"].get("helps", 0) == sum(s["benefit"] > 0 for r in rows for s in r["steps"])
-    sp = res["splits"]["hotpotqa"]
+    sp = res["splits"]["benefit"]
     info = sp["info"]
     assert info["train_steps"] + info["test_steps"] == data["steps"] and 1 <= info["test_questions"] < 16
     assert set(sp["detectors"]) == set(DETECTORS) - set(RSUS_DETECTORS)  # RSUS: micro-world splits only
     # k-fold: every labelled step is scored once, out of fold, against its own fold's threshold
-    cv = run_bench(cfg.replace(benefit_folds=4, out=str(tmp_path / "cv")))["splits"]["hotpotqa"]
+    cv = run_bench(cfg.replace(benefit_folds=4, out=str(tmp_path / "cv")))["splits"]["benefit"]
     assert cv["info"]["test_steps"] == data["steps"] and cv["info"]["folds"] == 4
     for d in cv["detectors"].values():
         assert 0 <= d["fire_rate"] <= 1 and len(d["threshold_per_fold"]) == 4
     assert len(cv["interval_search"]["used"]) == 4
     assert "model_id" not in res and "calibration" not in res  # no micro-world split was asked for
     md = (out / "detection_bench.md").read_text()
-    assert "(c) HotpotQA benefit" in md and "retrieval helps" in md
+    assert "(c) benefit" in md and "retrieval helps" in md
     assert (out / "roc.png").stat().st_size > 0
+    # (d): fitted on these 16 questions, tested on 8 others' labels (same reasoner); (c) is not asked for
+    env2 = {**env, "split": "dev", "max_questions": 8}
+    (tmp_path / "env2.yaml").write_text(yaml.safe_dump({"env": env2}))
+    labels2 = tmp_path / "labels2.jsonl"
+    run(env2, labels2, progress=False)
+    ood = run_bench(cfg.replace(splits=["benefit_ood"], out=str(tmp_path / "ood"), ood_labels=str(labels2),
+                                ood_config=str(tmp_path / "env2.yaml"), ood_split="dev"))
+    assert list(ood["splits"]) == ["benefit_ood"]
+    oi = ood["splits"]["benefit_ood"]["info"]
+    steps2 = sum(len(json.loads(x)["steps"]) for x in labels2.read_text().splitlines())
+    assert oi["train_steps"] == data["steps"] and oi["test_steps"] == steps2 == ood["data"]["benefit_ood"]["steps"]
+    assert oi["test_questions"] == 8 and ood["data"]["benefit_ood"]["env_split"] == "dev"
+    assert "(d) out of distribution" in (tmp_path / "ood" / "detection_bench.md").read_text()
 
 
 def test_benefit_split_without_labels_says_how_to_make_them(tmp_path):
     with pytest.raises(FileNotFoundError, match="eval.detection.labels"):
-        run_bench(DetectionBenchConfig(splits=["hotpotqa"], benefit_labels=str(tmp_path / "none.jsonl"),
+        run_bench(DetectionBenchConfig(splits=["benefit"], benefit_labels=str(tmp_path / "none.jsonl"),
                                        out=str(tmp_path / "o"), progress=False))
+    with pytest.raises(ConfigError, match="benefit_ood' needs ood_labels, ood_config, ood_split"):
+        DetectionBenchConfig.from_dict({"splits": ["benefit_ood"]})
+    with pytest.raises(ConfigError, match="split 'hotpotqa' is now 'benefit'"):
+        DetectionBenchConfig.from_dict({"splits": ["hotpotqa"]})
 
 
 def test_unknown_split_api_refusal_and_help(tmp_path, capsys):

@@ -30,20 +30,25 @@ cached beside the step datasets).
   ``kairos microworld build --config configs/experiments/microworld/microworld_shifted.yaml``). It asks whether the trajectory
   features transfer to another model's hidden states and another error mix.
 
-* **(c) hotpotqa** — real data: SmolLM2-135M on HotpotQA dev with *retrieval-benefit* labels (docs/design.md §6; a
-  step is positive when retrieving at it raises the answer's F1), made by :mod:`eval.detection.labels`. A few
-  hundred labelled questions hold few positives, so (c) is k-fold cross-validation by question
-  (``benefit_folds``, default 5): each fold's detectors are fitted / thresholded on the other folds exactly as in
-  (a), and the metrics are computed on the pooled out-of-fold scores (``benefit_folds=1``: one held-out part of
-  ``benefit_test_frac``). Hidden states and
-  output signals come from regenerating the labelled closed-book chains with the same reasoner
-  (:mod:`policies.probes.benefit_dataset`, cached). "Error" in the tables means "retrieval helps" here.
+* **(c) benefit** — real data: a real task's *retrieval-benefit* labels (docs/design.md §6; a step is positive when
+  retrieving at it raises the answer's quality), made by :mod:`eval.detection.labels` — SmolLM2-135M on HotpotQA dev
+  by default, on MedMCQA for PUlSE's home ground. A few hundred labelled questions hold few positives, so (c) is
+  k-fold cross-validation by question (``benefit_folds``, default 5): each fold's detectors are fitted / thresholded
+  on the other folds exactly as in (a), and the metrics are computed on the pooled out-of-fold scores
+  (``benefit_folds=1``: one held-out part of ``benefit_test_frac``). Hidden states and output signals come from
+  regenerating the labelled closed-book chains with the same reasoner (:mod:`policies.probes.benefit_dataset`,
+  cached). "Error" in the tables means "retrieval helps" here.
+
+* **(d) benefit_ood** — PUlSE's out-of-distribution column on real data: the detectors are fitted and thresholded
+  on every question of ``benefit_labels`` (fit / validation by question) and tested on another task's labels
+  (``ood_labels``, e.g. MMLU-Pro health when (c) is MedMCQA), made by the same reasoner, never fitted on.
 
 Example (shell)::
 
     kairos bench detection --out runs/bench/detection            # shipped artifact, ~1,500 + 600 questions
     kairos bench detection --split entity --n-boot 10000
-    kairos bench detection --split hotpotqa --out runs/bench/detection_hotpotqa   # needs the benefit labels
+    kairos bench detection --split benefit --out runs/bench/detection_hotpotqa   # needs the benefit labels
+    kairos bench detection --config configs/experiments/seed_vllm_pulse/detection_medical.yaml  # MedMCQA -> MMLU-Pro
 
 Writes ``detection_bench.md``, ``detection_bench.json`` and ``roc.png`` under ``--out`` and prints the main
 table.
@@ -66,6 +71,7 @@ from typing import Any
 import numpy as np
 
 from eval.detection.data import (
+    BENEFIT_SPLITS,
     DETECTORS,
     MICRO_SPLITS,
     SPLIT_LABELS,
@@ -244,21 +250,8 @@ def run_bench(cfg: DetectionBenchConfig) -> dict[str, Any]:
     with _progress(cfg.progress) as progress:
         if micro:
             _run_micro(cfg, micro, result, timings, progress)
-        if "hotpotqa" in cfg.splits:
-            t0 = time.perf_counter()
-            ds = benefit_dataset(cfg, progress)
-            result["data"]["hotpotqa"] = {
-                "labels": cfg.benefit_labels, "config": cfg.benefit_config, "env_split": cfg.benefit_split,
-                "model_id": ds.meta["model_id"], "questions": int(ds.meta["n_questions"]), "steps": len(ds),
-                "positive_rate": float(ds.labels.mean()),
-                "label_names": {str(k): int(v) for k, v in zip(*np.unique(ds.label_names, return_counts=True))},
-                "regenerated_at_batch_1": ds.meta.get("regenerated_at_batch_1"),
-                "n_layers": int(ds.hidden_mean.shape[1] - 1), "hidden_size": int(ds.hidden_mean.shape[2])}
-            result["splits"]["hotpotqa"] = (
-                evaluate_folds("hotpotqa", ds, cfg, ds.meta["model_id"], progress, cfg.benefit_folds)
-                if cfg.benefit_folds > 1 else
-                evaluate_split(make_split("hotpotqa", ds, ds, cfg), cfg, ds.meta["model_id"], progress))
-            timings["split_hotpotqa"] = round(time.perf_counter() - t0, 1)
+        if any(s in cfg.splits for s in BENEFIT_SPLITS):
+            _run_benefit(cfg, result, timings, progress)
     timings["total"] = round(time.perf_counter() - t_start, 1)
     result["seconds"] = timings
     plot_roc(result, out / "roc.png")
@@ -266,6 +259,39 @@ def run_bench(cfg: DetectionBenchConfig) -> dict[str, Any]:
     write_json(out / "detection_bench.json", result)
     write_text(out / "detection_bench.md", format_markdown(result))
     return result
+
+
+def _benefit_data(labels: str, config: str, split: str, ds) -> dict[str, Any]:
+    """Where a benefit dataset comes from and what it holds (``result["data"]`` of splits (c) and (d))."""
+    return {"labels": labels, "config": config, "env_split": split, "model_id": ds.meta["model_id"],
+            "questions": int(ds.meta["n_questions"]), "steps": len(ds), "positive_rate": float(ds.labels.mean()),
+            "label_names": {str(k): int(v) for k, v in zip(*np.unique(ds.label_names, return_counts=True))},
+            "regenerated_at_batch_1": ds.meta.get("regenerated_at_batch_1"),
+            "n_layers": int(ds.hidden_mean.shape[1] - 1), "hidden_size": int(ds.hidden_mean.shape[2])}
+
+
+def _run_benefit(cfg: DetectionBenchConfig, result: dict[str, Any], timings: dict[str, float], progress) -> None:
+    """Splits (c) and (d): one task's benefit labels (k-fold), and the detectors fitted on them tested on another's."""
+    t0 = time.perf_counter()
+    ds = benefit_dataset(cfg, progress)
+    model_id = ds.meta["model_id"]
+    result["data"]["benefit"] = _benefit_data(cfg.benefit_labels, cfg.benefit_config, cfg.benefit_split, ds)
+    if "benefit" in cfg.splits:
+        result["splits"]["benefit"] = (
+            evaluate_folds("benefit", ds, cfg, model_id, progress, cfg.benefit_folds) if cfg.benefit_folds > 1 else
+            evaluate_split(make_split("benefit", ds, ds, cfg), cfg, model_id, progress))
+        timings["split_benefit"] = round(time.perf_counter() - t0, 1)
+    if "benefit_ood" in cfg.splits:
+        t0 = time.perf_counter()
+        ood = benefit_dataset(cfg, progress, ood=True)
+        if ood.meta["model_id"] != model_id or ood.hidden_mean.shape[1:] != ds.hidden_mean.shape[1:]:
+            raise ValueError(f"split 'benefit_ood': {cfg.ood_labels} was made by {ood.meta['model_id']} "
+                             f"(hidden {tuple(ood.hidden_mean.shape[1:])}), {cfg.benefit_labels} by {model_id} "
+                             f"(hidden {tuple(ds.hidden_mean.shape[1:])}); the detectors need the same reasoner")
+        result["data"]["benefit_ood"] = _benefit_data(cfg.ood_labels, cfg.ood_config, cfg.ood_split, ood)
+        result["splits"]["benefit_ood"] = evaluate_split(make_split("benefit_ood", ds, ood, cfg), cfg, model_id,
+                                                         progress)
+        timings["split_benefit_ood"] = round(time.perf_counter() - t0, 1)
 
 
 def _run_micro(cfg: DetectionBenchConfig, splits: list[str], result: dict[str, Any], timings: dict[str, float],
@@ -332,12 +358,13 @@ def _environment() -> dict[str, Any]:
 
 def register(sub: Any) -> None:
     """Add ``kairos bench detection``."""
-    p = sub.add_parser("detection", help="step-error / retrieval-benefit detection (micro-world splits, HotpotQA): PUlSE, ReProbe, CoE, "
+    p = sub.add_parser("detection", help="step-error / retrieval-benefit detection (micro-world splits, real tasks' "
+                                         "benefit labels, in and out of distribution): PUlSE, ReProbe, CoE, "
                                          "output signals (table + JSON + ROC PNG)",
                        description=__doc__.split("\n\n")[0] if __doc__ else None)
     p.add_argument("--config", default=None, help="YAML with DetectionBenchConfig keys (flags override it)")
     p.add_argument("--split", "--splits", dest="split_list", default=None, action="append",
-                   help="split(s), comma-separated or repeated: question, entity, shifted, hotpotqa "
+                   help="split(s), comma-separated or repeated: question, entity, shifted, benefit, benefit_ood "
                         "(default: question,entity)")
     DetectionBenchConfig.add_cli_args(p)
     p.set_defaults(func=cmd_bench)

@@ -1,7 +1,8 @@
 """Settings, splits, datasets and detectors of ``kairos bench detection`` (:mod:`eval.detection.bench`).
 
 The benchmark's configuration and constants (splits, detectors, metrics), the labelled step datasets of each
-split (micro-world train / test questions, the shifted world, HotpotQA retrieval-benefit labels) and the probe
+split (micro-world train / test questions, the shifted world, a real task's retrieval-benefit labels and another
+task's for the out-of-distribution test) and the probe
 fitting of the learned detectors. :mod:`eval.detection.bench` runs and scores them; :mod:`eval.detection.report`
 formats the result.
 """
@@ -24,12 +25,16 @@ SPLITS = {
     "question": "probes trained on steps of the artifact's train questions, tested on steps of its test questions",
     "entity": "test steps are about subjects (held out, seeded) that no training step is about",
     "shifted": "probes fitted as in (a), tested on a shifted micro-world (other KB seed, relation mix and LM)",
-    "hotpotqa": "SmolLM2-135M on HotpotQA dev, retrieval-benefit labels, train / test by question",
+    "benefit": "a real task's retrieval-benefit labels (benefit_labels), train / test by question",
+    "benefit_ood": "detectors fitted and thresholded on every benefit_labels question, tested on another task's "
+                   "benefit labels (ood_labels) made by the same reasoner, never fitted on",
 }
+#: splits on retrieval-benefit labels of real data ("error" in their tables reads "retrieval helps")
+BENEFIT_SPLITS = ("benefit", "benefit_ood")
 #: splits run on the micro-world artifact (the others bring their own data)
 MICRO_SPLITS = ("question", "entity", "shifted")
 SPLIT_LABELS = {"question": "(a) question", "entity": "(a') entity-disjoint", "shifted": "(b) shifted world",
-                "hotpotqa": "(c) HotpotQA benefit"}
+                "benefit": "(c) benefit", "benefit_ood": "(d) benefit OOD"}
 
 #: the training-free detectors: signals whose label and error direction are their own declaration
 #: (``agents.signals.base.signal_meta``)
@@ -64,7 +69,7 @@ class DetectionBenchConfig(ConfigBase):
 
     artifact: str = helpf("", "micro-world artifact directory (default: the shipped one)")
     out: str = helpf("runs/bench/detection", "output directory (Markdown, JSON, ROC PNG)")
-    splits: list[str] = helpf(["question", "entity"], "splits: question, entity, shifted, hotpotqa")
+    splits: list[str] = helpf(["question", "entity"], "splits: question, entity, shifted, benefit, benefit_ood")
     shifted_artifact: str = helpf("envs/core/microworld/artifacts/shifted", "the shifted world of split 'shifted'")
     n_train_questions: int = helpf(1500, "hop-balanced questions of the artifact's train split (probe training)")
     n_test_questions: int = helpf(600, "hop-balanced questions of the artifact's test split (evaluation)")
@@ -72,15 +77,23 @@ class DetectionBenchConfig(ConfigBase):
     test_split: str = helpf("test", "artifact question split evaluated on")
     val_frac: float = helpf(0.3, "validation share of the train part (questions; steps for the entity split)")
     entity_test_frac: float = helpf(0.3, "entity split: share of the test-question steps whose subjects are held out")
-    benefit_labels: str = helpf("runs/labels/hotpotqa_benefit.jsonl", "split 'hotpotqa': the retrieval-benefit "
-                                "label JSONL (python -m eval.detection.labels)")
-    benefit_config: str = helpf("configs/bench_hotpotqa_bm25.yaml", "split 'hotpotqa': the bench / env YAML the "
-                                "labels were made with")
-    benefit_split: str = helpf("dev[0:500:2]", "split 'hotpotqa': the env question split the labels were made on")
-    benefit_test_frac: float = helpf(0.3, "split 'hotpotqa': share of the labelled questions held out for test")
-    benefit_folds: int = helpf(5, "split 'hotpotqa': k-fold cross-validation by question (every labelled question "
+    benefit_labels: str = helpf("runs/labels/hotpotqa_benefit.jsonl", "splits 'benefit' and 'benefit_ood': the "
+                                "retrieval-benefit label JSONL the detectors are fitted on (python -m "
+                                "eval.detection.labels)")
+    benefit_config: str = helpf("configs/bench_hotpotqa_bm25.yaml", "splits 'benefit' and 'benefit_ood': the bench / "
+                                "env YAML the labels were made with")
+    benefit_split: str = helpf("dev[0:500:2]", "splits 'benefit' and 'benefit_ood': the env question split the "
+                               "labels were made on")
+    benefit_test_frac: float = helpf(0.3, "split 'benefit' with benefit_folds 1: share of the labelled questions held "
+                                     "out for test")
+    benefit_folds: int = helpf(5, "split 'benefit': k-fold cross-validation by question (every labelled question "
                                "tested once); 1 = one held-out part of benefit_test_frac")
-    benefit_batch: int = helpf(8, "split 'hotpotqa': questions regenerated together for the hidden states")
+    benefit_batch: int = helpf(8, "splits 'benefit' and 'benefit_ood': questions regenerated together for the hidden "
+                               "states")
+    ood_labels: str = helpf("", "split 'benefit_ood': another task's retrieval-benefit label JSONL, made by the same "
+                            "reasoner (PUlSE's out-of-distribution column: fitted on MedMCQA, tested on MMLU-Pro)")
+    ood_config: str = helpf("", "split 'benefit_ood': the bench / env YAML ood_labels were made with")
+    ood_split: str = helpf("", "split 'benefit_ood': the env question split ood_labels were made on")
     layers: str = helpf("chosen", "PUlSE layer interval 'a,b', or 'chosen' (best validation AUROC)")
     pulse_pooling: str = helpf("mean", "PUlSE probe's pooling over a step's tokens: mean | last (pooled hidden states, "
                                "then PUlSE) | max | token_mean (each token's PUlSE features pooled: the shipped "
@@ -101,15 +114,23 @@ class DetectionBenchConfig(ConfigBase):
     progress: bool = helpf(True, "show rich progress bars (stderr)")
     rsus: bool = helpf(True, "RSUS rows on the micro-world splits: U_ent, U_cons, the U_verb proxies and the weighted "
                        "RSUS (eval.detection.rsus; replays the chains and samples rsus_samples alternatives per step, "
-                       "cached); not computed on split 'hotpotqa'")
+                       "cached); not computed on the benefit splits")
     rsus_samples: int = helpf(3, "RSUS U_cons: sampled alternatives per step (the env's default k)")
 
     def validate(self) -> None:
         if not self.splits:
             raise ConfigError("DetectionBenchConfig: no split asked for")
         for s in self.splits:
+            if s == "hotpotqa":
+                raise ConfigError("DetectionBenchConfig: split 'hotpotqa' is now 'benefit' (any task's retrieval-"
+                                  "benefit labels: benefit_labels / benefit_config / benefit_split)")
             if s not in SPLITS:
                 raise ConfigError(f"DetectionBenchConfig: unknown split '{s}' (valid: {', '.join(SPLITS)})")
+        if "benefit_ood" in self.splits:
+            missing = [k for k in ("ood_labels", "ood_config", "ood_split") if not getattr(self, k)]
+            if missing:
+                raise ConfigError(f"DetectionBenchConfig: split 'benefit_ood' needs {', '.join(missing)} (the other "
+                                  "task's label JSONL, the YAML and the question split it was made with)")
         if self.interval_search not in ("all", "named"):
             raise ConfigError(f"DetectionBenchConfig: interval_search must be all | named, got '{self.interval_search}'")
         from agents.signals.hidden import PULSE_POOLINGS
@@ -181,11 +202,15 @@ def make_split(name: str, train_ds, test_ds, cfg: DetectionBenchConfig) -> Split
     """The train / test parts of split ``name`` (see the module docstring)."""
     from policies.probes.splits import entity_disjoint_split, group_split
 
-    if name == "hotpotqa":  # one labelled set: hold out whole questions for test
+    if name == "benefit":  # one labelled set: hold out whole questions for test
         tr_idx, te_idx = group_split(train_ds.question_ids, cfg.benefit_test_frac, cfg.seed)
         train, test = train_ds.subset(tr_idx), train_ds.subset(te_idx)
         fit_idx, val_idx = group_split(train.question_ids, cfg.val_frac, cfg.seed + 1)
         extra = {"val_split": "by question", **benefit_label_info(train_ds)}
+    elif name == "benefit_ood":  # every labelled question of one task to fit on, another task's to test on
+        train, test = train_ds, test_ds
+        fit_idx, val_idx = group_split(train.question_ids, cfg.val_frac, cfg.seed + 1)
+        extra = {"val_split": "by question", **benefit_label_info(test_ds)}
     elif name in ("question", "shifted"):
         train, test = train_ds, test_ds
         overlap = set(train.question_ids.tolist()) & set(test.question_ids.tolist())
@@ -276,19 +301,22 @@ def shifted_test_steps(cfg: DetectionBenchConfig, world, progress) -> tuple[Any,
 
 
 
-def benefit_dataset(cfg: DetectionBenchConfig, progress):
-    """Split (c)'s labelled steps with hidden states (:mod:`policies.probes.benefit_dataset`, cached)."""
+def benefit_dataset(cfg: DetectionBenchConfig, progress, ood: bool = False):
+    """The labelled steps with hidden states (:mod:`policies.probes.benefit_dataset`, cached) of ``benefit_labels``
+    (splits (c) and (d)'s fit part), or of ``ood_labels`` with ``ood`` (split (d)'s test part)."""
     from envs.env_config import env_config_from_file
     from policies.probes.benefit_dataset import benefit_step_dataset
 
-    labels = Path(cfg.benefit_labels)
+    labels, config, split = ((cfg.ood_labels, cfg.ood_config, cfg.ood_split) if ood else
+                             (cfg.benefit_labels, cfg.benefit_config, cfg.benefit_split))
+    labels = Path(labels)
     if not labels.is_file():
-        raise FileNotFoundError(f"split 'hotpotqa': no benefit-label file at {labels} (make it with `python -m "
-                                f"eval.detection.labels --config {cfg.benefit_config} --split '{cfg.benefit_split}' "
-                                f"--out {labels}`)")
-    env_cfg = env_config_from_file(cfg.benefit_config, cfg.benefit_split)
+        key = "ood_labels" if ood else "benefit_labels"
+        raise FileNotFoundError(f"{key}: no benefit-label file at {labels} (make it with `python -m "
+                                f"eval.detection.labels --config {config} --split '{split}' --out {labels}`)")
+    env_cfg = env_config_from_file(config, split)
     n = sum(1 for line in labels.read_text(encoding="utf-8").splitlines() if line.strip())
-    task = progress.add_task("(c) closed-book chains with hidden states", total=n)
+    task = progress.add_task(f"{'(d) OOD' if ood else 'benefit'} closed-book chains with hidden states", total=n)
     return benefit_step_dataset(labels, env_cfg, cfg.cache_dir or None, batch=cfg.benefit_batch,
                                 progress=lambda done: progress.update(task, completed=done))
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.bench.report import markdown_table
-from eval.detection.data import DETECTORS, SPLIT_LABELS
+from eval.detection.data import BENEFIT_SPLITS, DETECTORS, SPLIT_LABELS
 
 # ------------------------------------------------------------------------------------------------ ROC figure
 
@@ -26,7 +26,7 @@ def plot_roc(result: dict[str, Any], path: Path) -> None:
     colors = plt.get_cmap("tab10").colors
     for ax, (name, sp) in zip(axes[0], splits.items()):
         for i, (det, (label, learned, _)) in enumerate(DETECTORS.items()):
-            if det not in sp["roc"]:  # not computed on this split (RSUS on 'hotpotqa')
+            if det not in sp["roc"]:  # not computed on this split (RSUS on the benefit splits)
                 continue
             fpr, tpr = sp["roc"][det]
             ax.plot(fpr, tpr, color=colors[i % 10], lw=1.6 if learned else 1.2,
@@ -34,15 +34,15 @@ def plot_roc(result: dict[str, Any], path: Path) -> None:
         ax.plot([0, 1], [0, 1], color="0.7", lw=0.8, ls=":")
         info = sp["info"]
         ax.set_title(f"{SPLIT_LABELS[name]} — {info['test_steps']} test steps, "
-                     f"{100 * info['test_error_rate']:.1f}% {'helped' if name == 'hotpotqa' else 'errors'}",
+                     f"{100 * info['test_error_rate']:.1f}% {'helped' if name in BENEFIT_SPLITS else 'errors'}",
                      fontsize=10)
         ax.set_xlabel("false-positive rate")
         ax.set_ylabel("true-positive rate")
         ax.legend(fontsize=7.5, loc="lower right")
         ax.set_aspect("equal")
     models = [result["model_id"]] if "model_id" in result else []
-    if "hotpotqa" in result["data"]:
-        models.append(result["data"]["hotpotqa"]["model_id"])
+    if "benefit" in result["data"]:
+        models.append(result["data"]["benefit"]["model_id"])
     fig.suptitle(f"Step-error / retrieval-benefit detection ({', '.join(models)})", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -172,13 +172,18 @@ def _md_setup(result: dict[str, Any]) -> list[str]:
                   f"test part: {data['test']['questions']} '{data['test']['split']}' questions → "
                   f"{data['test']['steps']} steps ({100 * data['test']['error_rate']:.1f}% errors). Error = the "
                   "step's fact is not the KB's (exact labels).", ""]
-    if "hotpotqa" in data:
-        h = data["hotpotqa"]
-        parts += [f"(c) real data: {h['model_id']} ({h['n_layers']} layers, width {h['hidden_size']}) on "
+    if "benefit" in data:
+        h = data["benefit"]
+        parts += [f"Real data: {h['model_id']} ({h['n_layers']} layers, width {h['hidden_size']}) on "
                   f"'{h['env_split']}' of `{h['config']}`: {h['questions']} labelled questions → {h['steps']} "
                   f"closed-book steps ({h['label_names']}); positive = retrieving at the step raises the answer's "
-                  f"F1 (retrieval benefit, docs/design.md §6; labels `{h['labels']}`). In (c) columns 'error' reads "
-                  "'retrieval helps'.", ""]
+                  f"quality (retrieval benefit, docs/design.md §6; labels `{h['labels']}`). In the benefit columns "
+                  "'error' reads 'retrieval helps'.", ""]
+    if "benefit_ood" in data:
+        o = data["benefit_ood"]
+        parts += [f"(d) out of distribution: the detectors fitted on every question above, tested on '{o['env_split']}'"
+                  f" of `{o['config']}`: {o['questions']} labelled questions → {o['steps']} closed-book steps "
+                  f"({o['label_names']}; labels `{o['labels']}`).", ""]
     parts += [f"Thresholds: training-free detectors by Youden's J on each split's train part; learned probes "
              f"{'by Youden on validation' if cfg['probe_threshold'] == 'val' else 'at p(error) ≥ ' + cfg['probe_threshold']}"
              f" — never on test. 95% CIs: question-level bootstrap, {cfg['n_boot']} resamples, seed {cfg['seed']} "
@@ -193,7 +198,7 @@ def _md_setup(result: dict[str, Any]) -> list[str]:
                   "micro-world LM states no confidence). Thresholds: Youden's J on the train part, with a proxy on "
                   "validation. Cost (CPU, generation not included): "
                   + "; ".join(f"{k} {v['steps']} steps {v['cpu_seconds']} s ({v['ms_per_step']} ms per step)"
-                              for k, v in r.items() if isinstance(v, dict) and v) + ". Not computed on (c).", ""]
+                              for k, v in r.items() if isinstance(v, dict) and v) + ". Not computed on the benefit splits.", ""]
     return parts
 
 
