@@ -126,7 +126,7 @@ class RandomTrigger(_Base):
 class ThresholdTrigger(_Base):
     """Retrieve when a named signal crosses a threshold: FLARE (MinProb; its masked query is the env's query mode
     ``masked:<β>``, the benchmark's kind ``flare``), DRAGIN (RIND), SeaKR (EigenScore), PUlSE / ReProbe (probe
-    probability), RSUS (τ = 0.65), PPL, …
+    probability), RSUS (at τ = 0.65: ReaLM-Retrieve's "Fixed threshold τ" ablation), PPL, …
 
     The decision is per step (the env's unit): a flagged step is regenerated whole with the evidence. For FLARE
     and SeaKR that is the published unit (a sentence / a reasoning step); DRAGIN fires at a token and regenerates

@@ -364,11 +364,21 @@ class LearnedMethod(MethodSpec):
     calibrate: bool = helpf(False, "calibrate the retrieve-probability threshold on dev (grid 'thresholds', "
                                    "default 0.05…0.95) instead of the greedy 0.5")
     thresholds: list[float] | None = helpf(None, "the retrieve-probability grid of 'calibrate'")
+    fixed_threshold: float | None = helpf(None, "retrieve when π(retrieve) > this value instead of the greedy 0.5 "
+                                                "(ReaLM-Retrieve's rule a = 1[π(s) > τ], τ = 0.65); with "
+                                                "select_on_dev the snapshots are chosen at it too")
 
     def validate(self) -> None:
         super().validate()
         if not self.path:
             raise ConfigError(f"MethodSpec '{self.name}': a learned method needs 'path' (an exported policy)")
+        if self.fixed_threshold is not None:
+            if not 0.0 <= self.fixed_threshold < 1.0:
+                raise ConfigError(f"MethodSpec '{self.name}': fixed_threshold is a probability threshold in [0, 1), "
+                                  f"got {self.fixed_threshold}")
+            if self.calibrate:
+                raise ConfigError(f"MethodSpec '{self.name}': fixed_threshold and calibrate both set the "
+                                  "retrieve-probability threshold; keep one")
         _check_modes(self)
 
     def preflight(self, known_signals: set[str], skip_missing_policies: bool) -> None:
@@ -402,8 +412,9 @@ class LearnedMethod(MethodSpec):
             raise FileNotFoundError(f"method '{self.name}': no exported policy at {path} (train one with "
                                     "`kairos train --config configs/experiments/microworld/train_microworld.yaml`; it writes "
                                     "<out_dir>/policy_trigger)")
-        t = LearnedTrigger.load(path, name=self.name, querygen=self.querygen,
-                                threshold=0.5 if threshold is None else float(threshold))
+        if threshold is None:
+            threshold = 0.5 if self.fixed_threshold is None else self.fixed_threshold
+        t = LearnedTrigger.load(path, name=self.name, querygen=self.querygen, threshold=float(threshold))
         if self.querygen and t.net.query_head is None:
             raise ValueError(f"method '{self.name}': querygen is on but {path} has no query head (export the "
                              "run's 'policy' directory of a QueryGen run, not 'policy_trigger')")
@@ -415,10 +426,12 @@ class LearnedMethod(MethodSpec):
         if runner.cfg.skip_missing_policies and policy_path_missing(self.path):
             raise Skip(f"no exported policy at {self.path} (not trained yet)")
         modes = self.modes(runner)
-        if self.select_on_dev:
-            return calibration.select_learned(self, runner, ctx.dev, ctx.test, ctx.calib, modes[0])
-        if not self.calibrate:
-            return super().run(ctx)
+        if self.select_on_dev or not self.calibrate:
+            res = (calibration.select_learned(self, runner, ctx.dev, ctx.test, ctx.calib, modes[0])
+                   if self.select_on_dev else super().run(ctx))
+            if self.fixed_threshold is not None:
+                res["threshold"] = self.fixed_threshold
+            return res
         grid = list(self.thresholds or calibration.PROB_GRID)
         best, sweep = calibration.calibrate(self, runner, ctx.dev, grid, modes)
         chosen, mode = best["threshold"], best["mode"]

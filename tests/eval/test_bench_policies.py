@@ -129,6 +129,42 @@ def test_learned_querygen_rows_choose_the_mode_with_the_policy(tmp_path):
         LearnedTrigger.load(policy).bind_modes(["step", "question_step"])
 
 
+def test_learned_rows_at_realm_retrieves_tau_on_pi(tmp_path):
+    """``fixed_threshold`` is ReaLM-Retrieve's decision rule a = 1[π(s) > τ]: a policy whose π(retrieve) is 0.6 at
+    every step retrieves at the greedy 0.5 and never at τ = 0.65, plain and with snapshots selected on dev at τ; the
+    row reports its τ. It and ``calibrate`` both set the threshold: one of them is an error naming the row."""
+    import shutil
+
+    import torch
+
+    from envs.registration import make_env
+    from policies.rl.export import export_policy
+    from policies.rl.module import spec_from_spaces
+    from policies.rl.net import PolicyNet
+
+    env = make_env("microworld", {"rsus_components": ["ent"]})
+    net = PolicyNet(spec_from_spaces(env.observation_space, env.action_space, {"arch": "mlp"}))
+    env.close()
+    with torch.no_grad():  # π(retrieve) = e^0.405 / (1 + e^0.405) ≈ 0.6, whatever the observation
+        net.retrieve_head.weight.zero_()
+        net.retrieve_head.bias.copy_(torch.tensor([0.0, 0.405]))
+    policy = export_policy(net, tmp_path / "run" / "policy")
+    shutil.copytree(policy, tmp_path / "run" / "snapshots" / "iter_0001")
+    row = {"kind": "learned", "lam": 0.1, "path": str(policy)}
+    s = run_bench(_cfg(tmp_path, [{"name": "CoT", "kind": "never"}, {**row, "name": "greedy"},
+                                  {**row, "name": "tau", "fixed_threshold": 0.65},
+                                  {**row, "name": "tau-selected", "fixed_threshold": 0.65, "select_on_dev": True}],
+                       dev="0:3", test="3:6"))
+    assert s["methods"]["greedy"]["calls"] > 0
+    for name in ("tau", "tau-selected"):
+        assert s["methods"][name]["calls"] == 0 and s["methods"][name]["threshold"] == 0.65, name
+    assert len(s["calibration"]["tau-selected"]["candidates"]) == 2
+    with pytest.raises(ConfigError, match="'both': fixed_threshold and calibrate both set"):
+        _cfg(tmp_path, [{**row, "name": "both", "fixed_threshold": 0.65, "calibrate": True}])
+    with pytest.raises(ConfigError, match=r"'one': fixed_threshold is a probability threshold in \[0, 1\), got 1.0"):
+        _cfg(tmp_path, [{**row, "name": "one", "fixed_threshold": 1.0}])
+
+
 def test_bench_config_errors(tmp_path):
     with pytest.raises(ConfigError, match="overlap"):
         _cfg(tmp_path, METHODS, dev="0:10", test="5:20")
