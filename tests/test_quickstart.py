@@ -26,7 +26,7 @@ def test_quickstart_trains_benchmarks_and_reports(tmp_path):
     bench["env"]["cache_path"] = str(tmp_path / "bench_cache.sqlite")
     bench.update(dev="0:10", test="10:26", n_resamples=500, test_curves=False, lambdas=[0.1, 0.3])
     keep = {"CoT", "IRCoT", "FLARE", "FLARE[unmasked]", "FLARE[q: dev]", "DRAGIN[step-level]", "SeaKR[no rerank]",
-            "PUlSE-step", "Random", "Oracle[info_need]", "CacheOracle[q: info_need, step]"}
+            "PUlSE-step[q: step, θ: dev]", "Random", "Oracle[info_need]", "CacheOracle[q: info_need, step]"}
     bench["methods"] = [m for m in bench["methods"] if m["name"] in keep or m["kind"] == "learned"]
     proxy = yaml.safe_load(open(PROXY_CONFIG))  # the U_verb proxy the recipe reads, at smoke size
     proxy.update(n_questions=40, n_eval_questions=20, n_boot=50, max_epochs=5)

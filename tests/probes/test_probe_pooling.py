@@ -1,5 +1,5 @@
 """PUlSE's pooling over a step's tokens (``FeatureSpec.pooling``: mean | last | max | token_mean), the pooling chosen
-on validation, and the shipped probe the ``PUlSE-step`` rows load."""
+on validation, and the shipped probe the PUlSE rows load."""
 
 import math
 
@@ -182,7 +182,7 @@ def _pulse_step_rows():
 
 
 def test_pulse_step_rows_load_the_probe_chosen_on_validation():
-    """Every ``PUlSE-step`` row loads (through the env's loader) the shipped probe whose interval and pooling are the
+    """Every PUlSE row loads (through the env's loader) the shipped probe whose interval and pooling are the
     best validation AUROC of the searches recorded with it; in the env it scores real steps."""
     import gymnasium as gym
 
@@ -191,7 +191,7 @@ def test_pulse_step_rows_load_the_probe_chosen_on_validation():
     from envs.env_signals import DETECTORS
 
     rows = _pulse_step_rows()
-    assert any(name == "PUlSE-step" for _, name, _ in rows) and len({p for _, _, p in rows}) == 1, rows
+    assert any(name == "PUlSE-step[q: step, θ: dev]" for _, name, _ in rows) and len({p for _, _, p in rows}) == 1, rows
     path = rows[0][2]
     world = load_artifact(with_model=False)
     probe = DETECTORS.make("probe", path, expected_model_id=world_model_id(world), model_layers=6)
