@@ -127,7 +127,8 @@ def split_lines(result: dict[str, Any], splits: tuple[str, ...] = ()) -> list[st
         sp = result["splits"][n]
         i, s = sp["info"], sp["interval_search"]
         out.append(f"- {SPLIT_LABELS[n]}: {i['test_steps']} test steps of {i['test_questions']} questions, "
-                   f"{100 * i['test_error_rate']:.1f}% errors (a random detector's PR-AUC); train {i['train_steps']} "
+                   f"{100 * i['test_error_rate']:.1f}% {'helped' if n in BENEFIT_SPLITS else 'errors'} (a random "
+                   f"detector's PR-AUC); train {i['train_steps']} "
                    f"steps; PUlSE interval {s['used']} ({s['rule']}), pooling {sp.get('pulse_pooling', 'mean')}.")
     return out
 
