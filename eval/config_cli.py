@@ -19,7 +19,8 @@ KINDS = {"train": "train.config:TrainConfig", "bench": "eval.bench.config:BenchC
          "probe": "policies.probes.pipeline:ProbeTrainConfig", "serve": "kairos.config:ServeConfig",
          "suite": "eval.bench.suite:SuiteConfig", "env": "envs.env_config:EnvConfig",
          "microworld": "envs.core.microworld.config:BuildConfig",
-         "retriever": "agents.retrievers.colbert_train:ColBERTBuildConfig"}
+         "retriever": "agents.retrievers.colbert_train:ColBERTBuildConfig",
+         "detection": "eval.detection.data:DetectionBenchConfig"}
 
 
 def config_class(path: str | Path):

@@ -173,18 +173,18 @@ def _md_setup(result: dict[str, Any]) -> list[str]:
                   f"test part: {data['test']['questions']} '{data['test']['split']}' questions → "
                   f"{data['test']['steps']} steps ({100 * data['test']['error_rate']:.1f}% errors). Error = the "
                   "step's fact is not the KB's (exact labels).", ""]
+    def labelled(h: dict[str, Any]) -> str:  # a benefit label set: where it is from and what it holds
+        return (f"'{h['env_split']}' of `{h['config']}`: {h['questions']} labelled questions → {h['steps']} closed-book "
+                f"steps ({h['label_names']}; labels `{h['labels']}`)")
+
     if "benefit" in data:
         h = data["benefit"]
-        parts += [f"Real data: {h['model_id']} ({h['n_layers']} layers, width {h['hidden_size']}) on "
-                  f"'{h['env_split']}' of `{h['config']}`: {h['questions']} labelled questions → {h['steps']} "
-                  f"closed-book steps ({h['label_names']}); positive = retrieving at the step raises the answer's "
-                  f"quality (retrieval benefit, docs/design.md §6; labels `{h['labels']}`). In the benefit columns "
-                  "'error' reads 'retrieval helps'.", ""]
+        parts += [f"Real data: {h['model_id']} ({h['n_layers']} layers, width {h['hidden_size']}) on {labelled(h)}; "
+                  "positive = retrieving at the step raises the answer's quality (retrieval benefit, docs/design.md "
+                  "§6). In the benefit columns 'error' reads 'retrieval helps'.", ""]
     if "benefit_ood" in data:
-        o = data["benefit_ood"]
-        parts += [f"(d) out of distribution: the detectors fitted on every question above, tested on '{o['env_split']}'"
-                  f" of `{o['config']}`: {o['questions']} labelled questions → {o['steps']} closed-book steps "
-                  f"({o['label_names']}; labels `{o['labels']}`).", ""]
+        parts += [f"(d) out of distribution: the detectors fitted on every question above, tested on "
+                  f"{labelled(data['benefit_ood'])}.", ""]
     parts += [f"Thresholds: training-free detectors by Youden's J on each split's train part; learned probes "
              f"{'by Youden on validation' if cfg['probe_threshold'] == 'val' else 'at p(error) ≥ ' + cfg['probe_threshold']}"
              f" — never on test. 95% CIs: question-level bootstrap, {cfg['n_boot']} resamples, seed {cfg['seed']} "
