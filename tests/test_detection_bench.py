@@ -172,6 +172,10 @@ def test_benefit_split_without_labels_says_how_to_make_them(tmp_path):
     with pytest.raises(FileNotFoundError, match="eval.detection.labels"):
         run_bench(DetectionBenchConfig(splits=["benefit"], benefit_labels=str(tmp_path / "none.jsonl"),
                                        out=str(tmp_path / "o"), progress=False))
+    with pytest.raises(FileNotFoundError, match="ood_labels: no benefit-label file"):  # before any chain is rebuilt
+        run_bench(DetectionBenchConfig(splits=["benefit_ood"], benefit_labels=str(tmp_path / "none.jsonl"),
+                                       ood_labels=str(tmp_path / "none2.jsonl"), ood_config="c.yaml", ood_split="dev",
+                                       out=str(tmp_path / "o"), progress=False))
     with pytest.raises(ConfigError, match="benefit_ood' needs ood_labels, ood_config, ood_split"):
         DetectionBenchConfig.from_dict({"splits": ["benefit_ood"]})
     with pytest.raises(ConfigError, match="split 'hotpotqa' is now 'benefit'"):

@@ -81,6 +81,7 @@ from eval.detection.data import (
     SplitData,
     benefit_dataset,
     benefit_label_info,
+    benefit_source,
     kind_counts,
     load_datasets,
     make_split,
@@ -272,6 +273,8 @@ def _benefit_data(labels: str, config: str, split: str, ds) -> dict[str, Any]:
 
 def _run_benefit(cfg: DetectionBenchConfig, result: dict[str, Any], timings: dict[str, float], progress) -> None:
     """Splits (c) and (d): one task's benefit labels (k-fold), and the detectors fitted on them tested on another's."""
+    if "benefit_ood" in cfg.splits:  # both label files exist before either's chains are regenerated
+        benefit_source(cfg, ood=True)
     t0 = time.perf_counter()
     ds = benefit_dataset(cfg, progress)
     model_id = ds.meta["model_id"]

@@ -301,12 +301,9 @@ def shifted_test_steps(cfg: DetectionBenchConfig, world, progress) -> tuple[Any,
 
 
 
-def benefit_dataset(cfg: DetectionBenchConfig, progress, ood: bool = False):
-    """The labelled steps with hidden states (:mod:`policies.probes.benefit_dataset`, cached) of ``benefit_labels``
-    (splits (c) and (d)'s fit part), or of ``ood_labels`` with ``ood`` (split (d)'s test part)."""
-    from envs.env_config import env_config_from_file
-    from policies.probes.benefit_dataset import benefit_step_dataset
-
+def benefit_source(cfg: DetectionBenchConfig, ood: bool = False) -> tuple[Path, str, str]:
+    """``(labels, config, split)`` of ``benefit_labels`` or, with ``ood``, of ``ood_labels``; a missing label file
+    is an error naming its key and the command that makes it."""
     labels, config, split = ((cfg.ood_labels, cfg.ood_config, cfg.ood_split) if ood else
                              (cfg.benefit_labels, cfg.benefit_config, cfg.benefit_split))
     labels = Path(labels)
@@ -314,6 +311,16 @@ def benefit_dataset(cfg: DetectionBenchConfig, progress, ood: bool = False):
         key = "ood_labels" if ood else "benefit_labels"
         raise FileNotFoundError(f"{key}: no benefit-label file at {labels} (make it with `python -m "
                                 f"eval.detection.labels --config {config} --split '{split}' --out {labels}`)")
+    return labels, config, split
+
+
+def benefit_dataset(cfg: DetectionBenchConfig, progress, ood: bool = False):
+    """The labelled steps with hidden states (:mod:`policies.probes.benefit_dataset`, cached) of ``benefit_labels``
+    (splits (c) and (d)'s fit part), or of ``ood_labels`` with ``ood`` (split (d)'s test part)."""
+    from envs.env_config import env_config_from_file
+    from policies.probes.benefit_dataset import benefit_step_dataset
+
+    labels, config, split = benefit_source(cfg, ood)
     env_cfg = env_config_from_file(config, split)
     n = sum(1 for line in labels.read_text(encoding="utf-8").splitlines() if line.strip())
     task = progress.add_task(f"{'(d) OOD' if ood else 'benefit'} closed-book chains with hidden states", total=n)
